@@ -1,0 +1,152 @@
+"""Advantage estimators: group-relative (GRAE, critic-free) and GAE (token level, with a critic).
+
+Pure functions on tensors. Shapes are in the names: ``_N`` one value per episode, ``_NL`` one per
+token of a row of length ``L``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NORMS = ("none", "group", "batch")
+
+
+def _group_index(group_ids_N: torch.Tensor) -> tuple[torch.Tensor, int]:
+    _, inverse = torch.unique(group_ids_N, return_inverse=True)
+    return inverse, int(inverse.max().item()) + 1 if inverse.numel() else 0
+
+
+def _group_sum(values_N: torch.Tensor, inverse_N: torch.Tensor, n_groups: int) -> torch.Tensor:
+    return torch.zeros(n_groups, dtype=values_N.dtype, device=values_N.device).index_add_(
+        0, inverse_N, values_N
+    )
+
+
+def grae(
+    rewards_N: torch.Tensor,
+    group_ids_N: torch.Tensor,
+    *,
+    norm: str = "batch",
+    leave_one_out: bool = False,
+    eps: float = 1e-6,
+    weights_N: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Group-relative advantage, one scalar per episode.
+
+    Centring: ``c_i = R_i - mean_{j in g(i)} R_j``, or with ``leave_one_out=True``
+    ``c_i = R_i - mean_{j in g(i), j != i} R_j`` (RLOO). A group of one member gets ``c_i = 0``.
+    Normalisation:
+
+    - ``"none"``:  ``A_i = c_i``
+    - ``"group"``: ``A_i = c_i / (std_{g(i)}(R) + eps)``, unbiased std (torch's default); 0 for a
+      group of one.
+    - ``"batch"``: ``A_i = (c_i - mean_N(c)) / (std_N(c) + eps)``, unbiased std over the batch.
+
+    ``weights_N`` (optional, non-negative) turns every mean into a weighted mean and every std into
+    the weighted population std; the lab uses it with trajectory probabilities to take exact
+    expectations. It cannot be combined with ``leave_one_out``.
+
+    Args:
+        rewards_N: ``[N]`` float episode rewards.
+        group_ids_N: ``[N]`` integer group (task) id of each episode; any integer values.
+    Returns:
+        ``[N]`` advantages, same dtype as ``rewards_N``.
+
+    Example (two groups, ``norm="none"``):
+        >>> grae(torch.tensor([1., 0., 3., 5.]), torch.tensor([7, 7, 2, 2]), norm="none")
+        tensor([ 0.5000, -0.5000, -1.0000,  1.0000])
+    """
+    if norm not in NORMS:
+        raise ValueError(f"unknown advantage norm {norm!r}; valid names: {', '.join(NORMS)}")
+    if rewards_N.dim() != 1 or group_ids_N.shape != rewards_N.shape:
+        raise ValueError(
+            f"rewards_N and group_ids_N must be 1-D of equal length, got {tuple(rewards_N.shape)}"
+            f" and {tuple(group_ids_N.shape)}"
+        )
+    if weights_N is not None and leave_one_out:
+        raise ValueError("leave_one_out has no meaning with weights_N (exact expectations)")
+    r = rewards_N if rewards_N.is_floating_point() else rewards_N.float()
+    if r.numel() == 0:
+        return r.clone()
+    inverse, n_groups = _group_index(group_ids_N)
+    count_G = _group_sum(torch.ones_like(r), inverse, n_groups)
+    w = torch.ones_like(r) if weights_N is None else weights_N.to(r.dtype)
+    wsum_G = _group_sum(w, inverse, n_groups)
+    sum_G = _group_sum(w * r, inverse, n_groups)
+    mean_N = (sum_G / wsum_G.clamp_min(torch.finfo(r.dtype).tiny))[inverse]
+    n_N = count_G[inverse]
+    alone = n_N < 2
+    if leave_one_out:
+        others_mean = (sum_G[inverse] - r) / (n_N - 1).clamp_min(1)
+        centred = r - others_mean
+    else:
+        centred = r - mean_N
+    centred = torch.where(alone, torch.zeros_like(centred), centred)
+    if norm == "none":
+        return centred
+    if norm == "group":
+        dev2_G = _group_sum(w * (r - mean_N) ** 2, inverse, n_groups)
+        denom_G = (count_G - 1) if weights_N is None else wsum_G
+        std_N = torch.sqrt(dev2_G / denom_G.clamp_min(torch.finfo(r.dtype).tiny))[inverse]
+        std_N = torch.where(alone, torch.zeros_like(std_N), std_N)
+        return centred / (std_N + eps)
+    # batch
+    if weights_N is None:
+        batch_mean = centred.mean()
+        batch_std = centred.std() if centred.numel() > 1 else centred.new_zeros(())
+    else:
+        batch_mean = (w * centred).sum() / w.sum()
+        batch_std = torch.sqrt((w * (centred - batch_mean) ** 2).sum() / w.sum())
+    return (centred - batch_mean) / (batch_std + eps)
+
+
+def gae(
+    rewards_NL: torch.Tensor,
+    values_NL: torch.Tensor,
+    mask_NL: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the action tokens of each row.
+
+    Only positions with ``mask=1`` are decision steps; masked positions (observation tokens,
+    template headers, padding) are skipped, so the recursion links consecutive action tokens even
+    across an observation. For action positions ``j < k`` consecutive in the mask:
+    ``delta_j = r_j + gamma * V_k - V_j`` (``V_k = 0`` after the last action),
+    ``A_j = delta_j + gamma * lam * A_k``; returns ``R_j = A_j + V_j``.
+
+    Rewards must sit on action tokens: a non-zero reward on a masked position raises.
+
+    Args:
+        rewards_NL, values_NL, mask_NL: ``[N, L]``.
+    Returns:
+        ``(advantages_NL, returns_NL)``, zero at masked positions.
+
+    Example (one row, two actions, outcome reward 1, gamma=lam=1):
+        >>> adv, ret = gae(torch.tensor([[0., 1.]]), torch.tensor([[0.5, 0.8]]), torch.ones(1, 2))
+        >>> adv
+        tensor([[0.5000, 0.2000]])
+    """
+    if not (rewards_NL.shape == values_NL.shape == mask_NL.shape) or rewards_NL.dim() != 2:
+        raise ValueError(
+            "rewards_NL, values_NL and mask_NL must share one [N, L] shape, got "
+            f"{tuple(rewards_NL.shape)}, {tuple(values_NL.shape)}, {tuple(mask_NL.shape)}"
+        )
+    m = mask_NL.to(rewards_NL.dtype)
+    if bool(((rewards_NL != 0) & (m == 0)).any()):
+        raise ValueError("gae: non-zero reward on a masked (non-action) position; put it on an action token")
+    n, length = rewards_NL.shape
+    adv = torch.zeros_like(rewards_NL)
+    next_value = rewards_NL.new_zeros(n)
+    next_adv = rewards_NL.new_zeros(n)
+    for j in range(length - 1, -1, -1):
+        mj = m[:, j]
+        delta = rewards_NL[:, j] + gamma * next_value - values_NL[:, j]
+        a = delta + gamma * lam * next_adv
+        adv[:, j] = a * mj
+        # Carry the recursion unchanged through masked positions.
+        next_value = torch.where(mj > 0, values_NL[:, j], next_value)
+        next_adv = torch.where(mj > 0, a, next_adv)
+    return adv, (adv + values_NL) * m
+
