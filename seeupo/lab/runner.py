@@ -1,0 +1,183 @@
+"""Run one algorithm on a batch of tabular problems, exactly or by sampling.
+
+Every algorithm is assembled from ``seeupo.core``: the advantage estimator, the policy loss and the
+turn schedule come from its declaration in ``core.algorithms``. Seeds run side by side (one
+parameter table per seed); nothing couples them.
+
+How the lab departs from the LLM trainer, on purpose:
+
+- ``exact`` mode replaces sampling by enumeration: every trajectory is a row weighted by its
+  probability under the sampling policy, group statistics are exact expectations, and the
+  leave-one-out baseline becomes the group mean (its limit for infinite groups).
+- Rows are turn rows (one per episode and turn) for every algorithm; the loss of a phase is the
+  sum over its rows of ``weight * row loss`` where an episode's weights sum to one per task
+  (``denom=1``), so each task's table gets the gradient of its own expected objective. For SeeUPO
+  this equals the row mean of SPEC §3 (every episode reaches every turn here); joint algorithms sum
+  their T turn rows per episode instead of averaging them (a factor T on their step size).
+- PPO's critic is exact (the value of the sampling policy at every tree node) and GAE uses
+  ``lam = 0`` by default, so its advantage is exactly ``Q - V`` per token.
+- Optimisation is plain gradient descent on full batches: ``epochs`` steps per phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from seeupo.core.advantages import gae, grae
+from seeupo.core.algorithms import Algorithm
+from seeupo.core.losses import get_policy_loss, sequence_log_ratio
+from seeupo.core.schedule import turn_order, update_factor
+from seeupo.lab.problems import Problem
+
+MODES = ("exact", "sampled")
+# Every loss is length-normalised except REINFORCE's token sum; see ``effective_lr``.
+AGG = {"clip_token": "seq_mean", "reinforce": "seq_sum", "clip_sequence": None}
+
+
+@dataclass
+class RunConfig:
+    iterations: int = 200
+    lr: float = 1.0
+    epochs: int | None = None  # None: the algorithm's default
+    clip_eps: float = 0.2
+    group_size: int = 8  # episodes per task in sampled mode
+    gae_lambda: float = 0.0
+    init_std: float = 0.3  # std of the initial logits
+    norm: str | None = None  # None: the algorithm's default
+    match_step: bool = False  # rescale lr so that every algorithm's first-order step is REINFORCE's
+
+
+@dataclass
+class RunResult:
+    returns: torch.Tensor  # [S, iterations + 1] exact expected return, before and after each iteration
+    theta_init: torch.Tensor  # [S, tasks, keys, V] initial logits
+    theta: torch.Tensor  # final logits
+    steps_per_iteration: int
+    lr: float
+    diagnostics: dict = field(default_factory=dict)
+
+
+def effective_lr(algo: Algorithm, cfg: RunConfig, tokens_per_turn: int) -> float:
+    """The step size used: ``cfg.lr``, or with ``match_step`` rescaled by ``L / epochs`` for
+    length-normalised multi-epoch losses so that one iteration's first-order move equals one
+    REINFORCE step."""
+    if not cfg.match_step or algo.loss == "reinforce":
+        return cfg.lr
+    return cfg.lr * tokens_per_turn / (cfg.epochs or algo.epochs)
+
+
+def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunConfig, seed: int = 0) -> RunResult:
+    if mode not in MODES:
+        raise ValueError(f"unknown lab mode {mode!r}; valid names: {', '.join(MODES)}")
+    shape = problem.shape
+    S, n_tasks, T, L, H = problem.n_seeds, problem.n_tasks, shape.turns, shape.tokens_per_turn, shape.horizon
+    keys, n_keys = shape.keys(policy)
+    tokens = shape.tokens
+    R = problem.rewards
+    gen = torch.Generator().manual_seed(seed)
+    theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
+    theta = theta_init.clone().requires_grad_()
+    loss_fn = get_policy_loss(algo.loss)
+    epochs = cfg.epochs or algo.epochs
+    norm = cfg.norm or algo.norm
+    lr = effective_lr(algo, cfg, L)
+
+    def token_logp(th):  # [S, tasks, n_traj, H]
+        return torch.log_softmax(th, -1)[:, :, keys, tokens]
+
+    def expected_return(th):
+        with torch.no_grad():
+            return (token_logp(th).sum(-1).exp() * R).sum(-1).mean(-1)
+
+    returns = [expected_return(theta)]
+    steps, clipfracs = 0, []  # clipfracs: one mean per iteration
+    for _ in range(cfg.iterations):
+        iteration_clip = []
+        # 1. rollout (or enumeration) under the sampling policy pi_k
+        with torch.no_grad():
+            tl_old = token_logp(theta)
+            p_old = tl_old.sum(-1).exp()  # [S, tasks, n_traj]
+        if mode == "exact":
+            ep = torch.arange(shape.n_traj).expand(S, n_tasks, -1)
+            w = p_old
+        else:
+            ep = torch.multinomial(p_old.flatten(0, 1), cfg.group_size, replacement=True,
+                                   generator=gen).view(S, n_tasks, -1)
+            w = torch.full(ep.shape, 1.0 / cfg.group_size, dtype=torch.float64)
+        E = ep.shape[-1]
+        N = S * n_tasks * E
+        ep_H = ep.unsqueeze(-1).expand(-1, -1, -1, H)
+        old_rows = tl_old.gather(2, ep_H).reshape(N * T, L)
+        rewards = R.gather(2, ep)  # [S, tasks, E]
+
+        # 2. advantages (core estimators)
+        if algo.estimator == "gae":
+            values = _exact_values(p_old, R, shape.tree_node).gather(
+                2, shape.tree_node[ep].reshape(S, n_tasks, E * H)).view(N, H)
+            r_NH = torch.zeros(N, H, dtype=torch.float64)
+            r_NH[:, -1] = rewards.reshape(N)
+            adv_tok, _ = gae(r_NH, values, torch.ones(N, H), gamma=1.0, lam=cfg.gae_lambda)
+            adv_rows = adv_tok.view(N * T, L)
+        else:
+            task_ids = torch.arange(n_tasks).repeat_interleave(E)
+            adv_N = torch.cat([
+                grae(rewards[s].reshape(-1), task_ids, norm=norm,
+                     leave_one_out=algo.leave_one_out and mode == "sampled",
+                     weights_N=w[s].reshape(-1) if mode == "exact" else None)
+                for s in range(S)])
+            adv_rows = adv_N.repeat_interleave(T)
+        w_rows = w.reshape(N).repeat_interleave(T)
+        row_ep = torch.arange(N).repeat_interleave(T)
+        row_turn = torch.arange(T).repeat(N)
+        mask = torch.ones(N * T, L)
+        factor = torch.ones(N, dtype=torch.float64)
+
+        # 3. phases in the schedule's order; SeeUPO carries the factor of updated turns
+        phases = turn_order(range(T), algo.order, rng=gen)
+        for k, phase in enumerate(phases):
+            sel = torch.isin(row_turn, torch.tensor(phase))
+            for _ in range(epochs):
+                new_rows = token_logp(theta).gather(2, ep_H).reshape(N * T, L)[sel]
+                loss, metrics = loss_fn(
+                    new_rows, old_rows[sel], adv_rows[sel], mask[sel], clip_eps=cfg.clip_eps,
+                    factor_N=factor[row_ep[sel]] if algo.sequential else None,
+                    weights_N=w_rows[sel], agg=AGG[algo.loss], denom=1.0)
+                (grad,) = torch.autograd.grad(loss, theta)
+                with torch.no_grad():
+                    theta -= lr * grad
+                steps += 1
+                iteration_clip.append(float(metrics["clipfrac"]))
+            if algo.sequential and k + 1 < len(phases):
+                with torch.no_grad():
+                    new_all = token_logp(theta).gather(2, ep_H).reshape(N * T, L)
+                    for t in phase:
+                        rows = row_turn == t
+                        slr = sequence_log_ratio(new_all[rows], old_rows[rows], mask[rows])
+                        factor = update_factor(factor, row_ep[rows], slr)
+        returns.append(expected_return(theta))
+        clipfracs.append(sum(iteration_clip) / len(iteration_clip))
+    early = clipfracs[: max(1, len(clipfracs) // 10)]
+    return RunResult(
+        returns=torch.stack(returns, -1),
+        theta_init=theta_init,
+        theta=theta.detach(),
+        steps_per_iteration=steps // max(cfg.iterations, 1),
+        lr=lr,
+        diagnostics={"clipfrac_mean": sum(clipfracs) / max(len(clipfracs), 1),
+                     "clipfrac_first_tenth": sum(early) / max(len(early), 1)},
+    )
+
+
+def _exact_values(p_old: torch.Tensor, R: torch.Tensor, tree_node: torch.Tensor) -> torch.Tensor:
+    """``[S, tasks, n_nodes]`` value of every tree node under the sampling policy (exact critic)."""
+    S, n_tasks, n_traj = p_old.shape
+    H = tree_node.shape[1]
+    n_nodes = int(tree_node.max()) + 1
+    idx = tree_node.reshape(-1)  # traj-major, like the expand below
+    reach = torch.zeros(S, n_tasks, n_nodes, dtype=p_old.dtype).index_add_(
+        2, idx, p_old.unsqueeze(-1).expand(-1, -1, -1, H).reshape(S, n_tasks, -1))
+    value = torch.zeros_like(reach).index_add_(
+        2, idx, (p_old * R).unsqueeze(-1).expand(-1, -1, -1, H).reshape(S, n_tasks, -1))
+    return value / reach.clamp_min(torch.finfo(p_old.dtype).tiny)
