@@ -58,14 +58,108 @@ def _print_rows(rows: list[dict], title: str) -> None:
     console.print(t)
 
 
-@app.command()
+def _build_config(preset, overrides, *, algo=None, model=None, env=None, out=None, steps=None, seed=None,
+                  resume=False):
+    from seeupo.train.config import ConfigError, load_config
+
+    extra: dict = {}
+    for key, value in (("algo.name", algo), ("model.name", model), ("env.name", env), ("run.out", out),
+                       ("run.iterations", steps), ("run.seed", seed)):
+        if value is not None:
+            extra[key] = value
+    if resume:
+        if out is None:
+            raise typer.BadParameter("--resume needs --out DIR (the run folder to continue)")
+        saved = Path(out) / "config.yaml"
+        if not saved.exists():
+            raise typer.BadParameter(f"--resume: {saved} does not exist")
+        preset = str(saved)
+    try:
+        return load_config(preset, [*(f"{k}={v}" for k, v in extra.items()), *(overrides or [])])
+    except ConfigError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2)
+
+
+@app.command(context_settings={"allow_extra_args": False})
 def train(
-    out: Path = typer.Option(Path("runs/train"), "--out", help="Run folder."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="config overrides, e.g. algo.name=grpo rollout.group_size=8"),
+    preset: str = typer.Option("default", "--preset", help="preset name (default, tiny, authors_code) or a YAML path"),
+    algo: Optional[str] = typer.Option(None, "--algo", help="seeupo, ppo, grpo, gspo, rloo, reinforce, ..."),
+    model: Optional[str] = typer.Option(None, "--model", help="model short name, local folder or HF name"),
+    env: Optional[str] = typer.Option(None, "--env", help="environment name"),
+    out: Optional[str] = typer.Option(None, "--out", help="run folder (default from the preset)"),
+    steps: Optional[int] = typer.Option(None, "--steps", min=0, help="RL iterations"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="run seed"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
 ) -> None:
-    """Train. Until the LLM trainer lands, this runs the convergence lab's quick Table 1."""
-    console.print("[yellow]The LLM trainer is not built yet; `seeupo train` runs "
-                  "`seeupo lab table1 --quick` meanwhile.[/]")
-    lab_table1(out=out, quick=True, seeds=None, workers=None)
+    """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after."""
+    from seeupo.train.trainer import Trainer
+
+    cfg = _build_config(preset, overrides, algo=algo, model=model, env=env, out=out, steps=steps, seed=seed,
+                        resume=resume)
+    console.print(f"[bold]seeupo train[/]: {cfg.algo.name} | model {cfg.model.name} | env {cfg.env.name} | "
+                  f"{cfg.run.iterations} iterations of {cfg.rollout.tasks_per_iteration}x{cfg.rollout.group_size} "
+                  f"episodes | out {cfg.run.out}")
+    trainer = Trainer(cfg, resume=resume, console=console)
+    with _progress() as bar:
+        task = bar.add_task("RL", total=cfg.run.iterations)
+
+        def on_iteration(done, record):
+            bar.update(task, completed=done, description=(
+                f"RL  reward {record['reward_mean']:.3f}  success {record['success_rate']:.2f}"))
+
+        summary = trainer.run(progress=on_iteration)
+    b, a = summary["eval_before"], summary["eval_after"]
+    console.print(f"[bold]done[/] in {summary['wall_seconds']:.0f} s: avg@{a['k']} {b['avg@k']:.3f} -> "
+                  f"{a['avg@k']:.3f}, pass@{a['k']} {b['pass@k']:.3f} -> {a['pass@k']:.3f} on {a['tasks']} "
+                  f"held-out tasks; wrote {cfg.run.out}/summary.json, metrics.jsonl, curves.png")
+
+
+@app.command("eval")
+def evaluate(
+    overrides: Optional[list[str]] = typer.Argument(None, help="config overrides"),
+    preset: str = typer.Option("default", "--preset", help="preset name or YAML path"),
+    model: Optional[str] = typer.Option(None, "--model", help="model short name, local folder or HF name"),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint", help="a run folder: evaluate its latest checkpoint"),
+    env: Optional[str] = typer.Option(None, "--env", help="environment name"),
+    split: str = typer.Option("test", "--split", help="task split"),
+    k: int = typer.Option(4, "--k", min=1, help="samples per task"),
+    max_tasks: Optional[int] = typer.Option(None, "--max-tasks", min=1, help="evaluate the first N tasks"),
+    policy: str = typer.Option("model", "--policy", help="model | oracle (scripted reference answers)"),
+    out: Optional[str] = typer.Option(None, "--out", help="write DIR/eval.json"),
+) -> None:
+    """avg@k and pass@k of a model, a checkpoint or the oracle on a task split."""
+    import json as _json
+
+    from seeupo.train import checkpoint as ckpt
+    from seeupo.train.trainer import Trainer, oracle_policy
+
+    if policy not in ("model", "oracle"):
+        raise typer.BadParameter("--policy must be model or oracle")
+    if checkpoint_dir:
+        preset = str(Path(checkpoint_dir) / "config.yaml")
+    cfg = _build_config(preset, [*(overrides or []), f"eval.split={split}", f"eval.k={k}", "warmup.enabled=off",
+                                 *([f"eval.tasks={max_tasks}"] if max_tasks else ["eval.tasks=1000000"])],
+                        model=model, env=env)
+    trainer = Trainer(cfg, console=console)
+    if checkpoint_dir:
+        path = ckpt.latest(Path(checkpoint_dir))
+        if path is None:
+            console.print(f"[red]no checkpoint under {checkpoint_dir}/checkpoints[/]")
+            raise typer.Exit(2)
+        ckpt.load(path, trainer.named_params, None)
+        console.print(f"loaded {path}")
+    pol = oracle_policy(trainer.chat) if policy == "oracle" else None
+    start = time.perf_counter()
+    res = trainer.evaluate(policy=pol, tag="eval-cli")
+    data = {**res.as_dict(), "split": split, "env": cfg.env.name, "policy": policy,
+            "model": cfg.model.name, "seconds": time.perf_counter() - start}
+    console.print(f"{cfg.env.name}/{split}: avg@{k} {res.avg:.3f}  pass@{k} {res.passk:.3f}  "
+                  f"({res.tasks} tasks, {data['seconds']:.0f} s)")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "eval.json").write_text(_json.dumps(data, indent=1))
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Episodes and their row views (trajectory rows, turn pools)."""

@@ -1,0 +1,122 @@
+"""Episodes as the learner sees them: the exact token ids (sampled ones and the template/observation
+ids around them), which tokens were generated, by which turn, and their sampling log-probs.
+
+Row views for the learner:
+
+- trajectory rows: one row per episode, the whole token stream, loss on every generated token.
+- turn rows (turn pools): one row per (episode, turn), the stream cut at the end of that turn's
+  response, loss on that turn's tokens only. Episodes that never reached turn ``t`` have no row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+END_REASONS = ("done", "max_turns", "context", "error")
+
+
+def derive_seed(*parts) -> int:
+    """A stable 63-bit seed from any parts (run seed, iteration, task, sample...)."""
+    h = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+@dataclass
+class Episode:
+    episode_id: int
+    task_id: str
+    group: int  # episodes of one task in one iteration share a group
+    sample: int
+    seed: int
+    ids: list[int] = field(default_factory=list)
+    gen_mask: list[int] = field(default_factory=list)  # 1 for sampled tokens
+    turn_of: list[int] = field(default_factory=list)  # turn index of sampled tokens, -1 elsewhere
+    logp: list[float] = field(default_factory=list)  # sampling log-prob of sampled tokens, 0 elsewhere
+    turn_ends: list[int] = field(default_factory=list)  # position after each turn's last sampled token
+    texts: list[str] = field(default_factory=list)  # decoded responses, one per turn
+    step_rewards: list[float] = field(default_factory=list)
+    score: float = 0.0
+    end_reason: str = ""
+    tool_errors: int = 0
+    truncated_turns: int = 0  # responses cut by the per-turn token limit
+    prefix_mismatches: int = 0
+    error: str = ""  # the exception text when an environment call failed
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turn_ends)
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.step_rewards))
+
+    def append(self, ids: list[int], *, turn: int = -1, logp: list[float] | None = None) -> None:
+        self.ids += ids
+        gen = turn >= 0
+        self.gen_mask += [int(gen)] * len(ids)
+        self.turn_of += [turn if gen else -1] * len(ids)
+        self.logp += (logp if gen else None) or [0.0] * len(ids)
+
+
+@dataclass
+class Rows:
+    """A padded batch of rows (right padding)."""
+
+    input_ids: torch.Tensor  # [R, L]
+    attention_mask: torch.Tensor  # [R, L]
+    loss_mask: torch.Tensor  # [R, L] tokens trained on in this row
+    old_logp: torch.Tensor  # [R, L] sampling log-probs
+    episode: torch.Tensor  # [R] index of the episode in the batch
+    turn: torch.Tensor  # [R] turn index (-1 for trajectory rows)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx) -> "Rows":
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        sub = Rows(*(getattr(self, f)[idx] for f in ("input_ids", "attention_mask", "loss_mask",
+                                                     "old_logp", "episode", "turn")))
+        width = int(sub.attention_mask.sum(-1).max()) if len(sub) else 0
+        return sub.trim(width)
+
+    def trim(self, width: int) -> "Rows":
+        return Rows(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, :width],
+                    self.old_logp[:, :width], self.episode, self.turn)
+
+
+def _pad(rows: list[tuple[list[int], list[int], list[float], int, int]], pad_id: int) -> Rows:
+    width = max((len(r[0]) for r in rows), default=0)
+    n = len(rows)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    att = torch.zeros(n, width, dtype=torch.long)
+    lm = torch.zeros(n, width, dtype=torch.long)
+    lp = torch.zeros(n, width, dtype=torch.float32)
+    for i, (r_ids, r_mask, r_logp, _, _) in enumerate(rows):
+        k = len(r_ids)
+        ids[i, :k] = torch.tensor(r_ids)
+        att[i, :k] = 1
+        lm[i, :k] = torch.tensor(r_mask)
+        lp[i, :k] = torch.tensor(r_logp)
+    return Rows(ids, att, lm, lp, torch.tensor([r[3] for r in rows], dtype=torch.long),
+                torch.tensor([r[4] for r in rows], dtype=torch.long))
+
+
+def trajectory_rows(episodes: list[Episode], pad_id: int) -> Rows:
+    return _pad([(e.ids, e.gen_mask, e.logp, i, -1) for i, e in enumerate(episodes)], pad_id)
+
+
+def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: str = "from_start") -> Rows:
+    """One row per (episode, turn) for the turns asked (all by default). ``alignment="from_end"``
+    numbers turns back from each episode's last turn (0 = last), an experiment of SPEC §3."""
+    out = []
+    for i, e in enumerate(episodes):
+        for t, end in enumerate(e.turn_ends):
+            label = t if alignment == "from_start" else e.n_turns - 1 - t
+            if turns is not None and label not in turns:
+                continue
+            mask = [int(m and k == t) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
+            out.append((e.ids[:end], mask, e.logp[:end], i, label))
+    return _pad(out, pad_id)

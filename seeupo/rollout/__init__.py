@@ -1,0 +1,1 @@
+"""The multi-turn episode runner and generation backends."""

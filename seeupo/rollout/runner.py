@@ -1,0 +1,150 @@
+"""The multi-turn episode runner.
+
+All live episodes generate their turn ``t`` in one batch. Token in, token out: the ids the model
+sampled (and their sampling log-probs) are what the learner trains on; an observation is appended
+as the ids of the chat template's rendering *after* the tokens already in the stream, and the
+runner checks that the stream's text is a prefix of the template's rendering of the new history
+(a mismatch is counted in ``prefix_mismatches``, never re-tokenised away).
+
+Limits: ``max_turns`` (and the environment's own), ``max_new_tokens`` per turn, ``max_context``
+for the whole stream. Each episode records why it ended: ``done`` (the environment ended it),
+``max_turns``, ``context`` (no room for another turn) or ``error`` (the environment raised; counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seeupo.data.episode import Episode, derive_seed
+from seeupo.envs.base import EnvFamily, Task
+from seeupo.rollout.sampler import Request
+
+
+@dataclass
+class RolloutLimits:
+    max_turns: int = 4
+    max_new_tokens: int = 48
+    max_context: int = 2048
+
+
+class Chat:
+    """Chat-template rendering and tokenisation for one tokenizer."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+
+    def render(self, messages, *, generation_prompt: bool) -> str:
+        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False).input_ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+@dataclass
+class _Live:
+    ep: Episode
+    env: object
+    messages: list
+    text: str  # the text of ep.ids
+    gen: torch.Generator
+
+
+def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, int, int, int]],
+                 limits: RolloutLimits, *, first_episode_id: int = 0) -> list[Episode]:
+    """Run one episode per job ``(task, group, sample, seed)``; returns them in job order."""
+    live: list[_Live] = []
+    episodes: list[Episode] = []
+    envs = []
+    for k, (task, group, sample, seed) in enumerate(jobs):
+        ep = Episode(first_episode_id + k, task.id, group, sample, seed)
+        episodes.append(ep)
+        env = None
+        try:
+            env = family.make(task, seed=derive_seed(seed, "env"))
+            messages = env.reset()
+        except Exception as e:  # an environment failure ends this episode, not the run
+            ep.end_reason, ep.tool_errors, ep.error = "error", 1, repr(e)
+            envs.append(None)
+            continue
+        envs.append(env)
+        text = chat.render(messages, generation_prompt=True)
+        ep.append(chat.encode(text))
+        live.append(_Live(ep, env, messages, text, torch.Generator().manual_seed(seed)))
+    for turn in range(limits.max_turns):
+        batch = []
+        for lv in live:
+            if turn >= getattr(lv.env, "max_turns", limits.max_turns):
+                lv.ep.end_reason = "max_turns"
+            elif len(lv.ep.ids) + 1 >= limits.max_context:
+                lv.ep.end_reason = "context"
+            else:
+                batch.append(lv)
+        if not batch:
+            live = []
+            break
+        samples = policy.act([
+            Request(lv.ep.ids, lv.gen, min(limits.max_new_tokens, limits.max_context - len(lv.ep.ids)), lv.env)
+            for lv in batch])
+        live = []
+        for lv, smp in zip(batch, samples):
+            ep = lv.ep
+            ep.append(smp.ids, turn=turn, logp=smp.logp)
+            ep.turn_ends.append(len(ep.ids))
+            body = smp.ids[:-1] if smp.finished else smp.ids
+            reply = chat.decode(body)
+            ep.texts.append(reply)
+            if not smp.finished:
+                ep.truncated_turns += 1
+            try:
+                res = lv.env.step(reply)
+            except Exception as e:
+                ep.end_reason, ep.error = "error", repr(e)
+                ep.tool_errors += 1
+                continue
+            ep.step_rewards.append(float(res.reward))
+            ep.tool_errors += int(res.info.get("tool_error", 0))
+            if res.done:
+                ep.end_reason = "done"
+                continue
+            stream = lv.text + chat.decode(smp.ids)
+            if not smp.finished:  # close the turn so the template can go on (not trained on)
+                ep.append([chat.eos_id])
+                stream += chat.decode([chat.eos_id])
+            lv.messages = lv.messages + [{"role": "assistant", "content": reply}] + res.observation
+            nxt = chat.render(lv.messages, generation_prompt=True)
+            if nxt.startswith(stream):
+                delta = nxt[len(stream):]
+            else:
+                ep.prefix_mismatches += 1
+                before = chat.render(lv.messages[:len(lv.messages) - len(res.observation)], generation_prompt=False)
+                delta = nxt[len(before):] if nxt.startswith(before) else nxt[len(_common_prefix(nxt, stream)):]
+            delta_ids = chat.encode(delta)
+            if len(ep.ids) + len(delta_ids) + 1 >= limits.max_context:
+                ep.end_reason = "context"  # the observation and another turn do not fit
+                continue
+            ep.append(delta_ids)
+            lv.text = stream + delta
+            live.append(lv)
+    for ep, env in zip(episodes, envs):
+        ep.end_reason = ep.end_reason or "max_turns"
+        if env is not None:
+            try:
+                ep.score = float(env.score())
+            except Exception as e:
+                ep.end_reason, ep.error, ep.score = "error", repr(e), 0.0
+    return episodes
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return a[:n]

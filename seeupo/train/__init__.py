@@ -1,0 +1,1 @@
+"""Config, trainer loop, algorithm drivers, warm-up, checkpoints and metric logging."""

@@ -1,0 +1,197 @@
+"""The run configuration: one typed, validated tree (pydantic), loaded from a YAML preset plus dotted
+command-line overrides (``algo.name=grpo``). Unknown keys and impossible combinations fail at load
+time with the fix in the message. The resolved config is saved in every run folder and checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from seeupo.core.algorithms import ALGORITHMS
+from seeupo.core.losses import KL_ESTIMATORS
+from seeupo.core.schedule import turn_order
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Strict):
+    name: str = Field("smollm2-135m-instruct", description="short name, local folder, HF name, or tiny-random[:LxH]")
+    lora: bool = Field(True, description="train LoRA adapters (False: full fine-tuning)")
+    lora_r: int = Field(16, ge=1, description="LoRA rank")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter dtype")
+
+
+class EnvConfig(Strict):
+    name: str = Field("lookup", description="environment name (see `seeupo envs`)")
+    options: dict[str, Any] = Field(default_factory=dict, description="environment options, validated by the environment")
+
+
+class RolloutConfig(Strict):
+    tasks_per_iteration: int = Field(8, ge=1, description="B: tasks per iteration")
+    group_size: int = Field(4, ge=1, description="G: episodes per task")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (the learner uses the same)")
+    max_turns: int = Field(4, ge=1, description="most model calls per episode")
+    max_new_tokens: int = Field(40, ge=1, description="most tokens per model call")
+    max_context: int = Field(1024, ge=16, description="most tokens in an episode's stream")
+    backend: Literal["hf"] = Field("hf", description="generation backend")
+    batch_size: int = Field(64, ge=1, description="most episodes generated together")
+
+
+class AlgoConfig(Strict):
+    name: str = Field("seeupo", description=f"one of: {', '.join(ALGORITHMS)}")
+    norm: Optional[Literal["none", "group", "batch"]] = Field(None, description="advantage normalisation (None: the algorithm's)")
+    epochs: Optional[int] = Field(None, ge=1, description="passes over each phase's rows (None: the algorithm's)")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
+    clip_eps: float = Field(0.2, gt=0, description="clip range low side")
+    clip_eps_high: Optional[float] = Field(None, gt=0, description="clip range high side (None: clip_eps)")
+    kl_coef: float = Field(0.0, ge=0, description="beta of the KL penalty to the reference policy")
+    kl_estimator: str = Field("k3", description="k1 | k2 | k3")
+    order: Optional[str] = Field(None, description="turn order override: reverse|natural|random|joint|window:W")
+    rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
+    ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
+    factor_clip: Optional[tuple[float, float]] = Field(None, description="clamp of each factor and the product")
+    advantage_clip: Optional[float] = Field(None, gt=0, description="clamp |advantage| (None: off)")
+    turn_alignment: Literal["from_start", "from_end"] = Field("from_start", description="turn indexing for pools")
+    gamma: float = Field(1.0, ge=0, le=1, description="PPO discount")
+    lam: float = Field(1.0, ge=0, le=1, description="PPO GAE lambda")
+    vf_coef: float = Field(0.5, ge=0, description="PPO value-loss weight")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.name not in ALGORITHMS:
+            raise ValueError(f"algo.name={self.name!r} is not known; use one of: {', '.join(ALGORITHMS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"algo.kl_estimator={self.kl_estimator!r}; use one of: {', '.join(KL_ESTIMATORS)}")
+        if self.order is not None:
+            turn_order([0, 1, 2], self.order, rng=0)  # raises with the valid names
+        return self
+
+
+class OptimConfig(Strict):
+    lr: float = Field(2e-4, gt=0, description="learning rate (AdamW)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    grad_clip: Optional[float] = Field(1.0, gt=0, description="max gradient norm (None: off)")
+    micro_batch_tokens: int = Field(4096, ge=64, description="padded tokens per forward pass")
+
+
+class WarmupConfig(Strict):
+    enabled: Literal["auto", "on", "off"] = Field("auto", description="auto: on for the default model")
+    episodes: int = Field(256, ge=1, description="demonstration episodes")
+    epochs: int = Field(1, ge=1, description="passes over the demonstrations")
+    batch_episodes: int = Field(16, ge=1, description="episodes per optimizer step")
+    lr: float = Field(5e-4, gt=0, description="warm-up learning rate")
+
+
+class EvalConfig(Strict):
+    every: int = Field(0, ge=0, description="evaluate every N iterations (0: before and after only)")
+    k: int = Field(4, ge=1, description="samples per task for avg@k / pass@k")
+    tasks: int = Field(32, ge=1, description="held-out tasks evaluated")
+    split: str = Field("test", description="task split for evaluation")
+    temperature: Optional[float] = Field(None, gt=0, description="None: the rollout temperature")
+    threshold: float = Field(1.0, description="success = score >= threshold")
+
+
+class RunConfig(Strict):
+    seed: int = Field(0, description="run seed (episodes, tasks, initialisation)")
+    iterations: int = Field(20, ge=0, description="RL iterations")
+    out: str = Field("runs/train", description="run folder")
+    checkpoint_every: int = Field(5, ge=0, description="checkpoint every N iterations (0: only at the end)")
+    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(["jsonl", "tensorboard"], description="metric sinks")
+
+
+class Config(Strict):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _combinations(self):
+        algo = ALGORITHMS[self.algo.name]
+        if algo.estimator == "grae" and self.rollout.group_size < 2:
+            raise ValueError(f"{self.algo.name} compares episodes of one task: set rollout.group_size >= 2")
+        if self.algo.kl_coef > 0 and not self.model.lora:
+            raise ValueError("algo.kl_coef > 0 with full fine-tuning needs a frozen reference copy, which "
+                             "is not supported yet; use model.lora=true or algo.kl_coef=0")
+        return self
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {key!r}: {p!r} is not a section")
+    node[parts[-1]] = value
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset: str | None = "default", overrides: list[str] | None = None,
+                extra: dict | None = None) -> Config:
+    """Preset (a name in ``seeupo/configs`` or a YAML path), then ``extra`` (a nested dict), then
+    ``key=value`` overrides (values parsed as YAML)."""
+    tree = _preset_tree(preset) if preset else {}
+    for key, value in _flatten(extra or {}):
+        _set_dotted(tree, key, value)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value, e.g. algo.name=grpo")
+        key, raw = item.split("=", 1)
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+    try:
+        return Config(**tree)
+    except ValidationError as e:
+        lines = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _preset_tree(preset: str, seen: tuple = ()) -> dict:
+    """A preset's YAML tree; ``base: NAME`` inherits another preset (deep merge, this one wins)."""
+    path = Path(preset)
+    if not path.suffix:
+        path = PRESET_DIR / f"{preset}.yaml"
+    if not path.exists():
+        raise ConfigError(f"no preset {preset!r}; available: {', '.join(presets())} (or a .yaml path)")
+    if str(path) in seen:
+        raise ConfigError(f"preset {preset!r} inherits itself (base: ...)")
+    tree = yaml.safe_load(path.read_text()) or {}
+    base = tree.pop("base", None)
+    if base:
+        merged = _preset_tree(base, seen + (str(path),))
+        for key, value in _flatten(tree):
+            _set_dotted(merged, key, value)
+        tree = merged
+    return tree
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "options":
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

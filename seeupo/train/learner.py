@@ -1,0 +1,147 @@
+"""The learner's building blocks: score rows in token-budget micro-batches, and take one optimizer
+step on a set of rows with gradient accumulation.
+
+The loss of a step is the core policy loss over *all* its rows; each micro-batch contributes its part
+with the step's global denominator (``denom``), so the gradient does not depend on how the rows are
+split into micro-batches (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from seeupo.core.losses import get_kl, get_policy_loss, masked_sum
+from seeupo.data.episode import Rows
+from seeupo.models.policy import ValueHead, is_peft, token_logprobs
+
+
+def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
+    """Index groups whose padded size (rows x longest row) stays within ``budget_tokens``
+    (a single longer row gets its own group). Longest rows first."""
+    lengths = rows.attention_mask.sum(-1)
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    groups, cur, cur_max = [], [], 0
+    for i in order:
+        n = int(lengths[i])
+        if cur and max(cur_max, n) * (len(cur) + 1) > budget_tokens:
+            groups.append(torch.tensor(cur))
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, n)
+    if cur:
+        groups.append(torch.tensor(cur))
+    return groups
+
+
+@torch.no_grad()
+def score(model, rows: Rows, *, temperature: float, budget_tokens: int, value_head: ValueHead | None = None,
+          reference: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[R, L]`` of every loss-mask token (and values with a value head), no gradient.
+    ``reference=True`` scores with LoRA adapters disabled (the reference policy)."""
+    logp = torch.zeros(rows.input_ids.shape, dtype=torch.float32)
+    values = torch.zeros_like(logp) if value_head is not None else None
+    ctx = model.disable_adapter() if (reference and is_peft(model)) else _null()
+    was_training = model.training
+    model.eval()
+    with ctx:
+        for idx in micro_batches(rows, budget_tokens):
+            mb = rows.select(idx)
+            s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                               temperature=temperature, value_head=value_head, with_entropy=False)
+            w = mb.input_ids.shape[1]
+            logp[idx, :w] = s.logp
+            if values is not None:
+                values[idx, :w] = s.values
+    model.train(was_training)
+    return logp, values
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@dataclass
+class StepInputs:
+    rows: Rows
+    adv: torch.Tensor  # [R] per row, or [R, L] per token (PPO)
+    factor: torch.Tensor | None = None  # [R] SeeUPO factor per row
+    ref_logp: torch.Tensor | None = None  # [R, L] reference log-probs (KL)
+    returns: torch.Tensor | None = None  # [R, L] value targets (PPO)
+    old_values: torch.Tensor | None = None  # [R, L] (PPO, for metrics)
+
+
+@dataclass
+class LossSpec:
+    name: str
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    vf_coef: float = 0.5
+    temperature: float = 1.0
+    agg: str | None = None
+
+
+@dataclass
+class StepMetrics:
+    values: dict = field(default_factory=dict)
+
+
+def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
+    tokens = float(rows.loss_mask.sum())
+    real_rows = float((rows.loss_mask.sum(-1) > 0).sum())
+    if spec.name == "clip_sequence":
+        return real_rows, tokens
+    agg = spec.agg or ("seq_sum" if spec.name == "reinforce" else "token_mean")
+    return (tokens if agg == "token_mean" else real_rows), tokens
+
+
+def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *, budget_tokens: int,
+                   grad_clip: float | None, value_head: ValueHead | None = None) -> dict:
+    """One optimizer step on ``inp.rows`` (gradient accumulated over micro-batches)."""
+    loss_fn = get_policy_loss(spec.name)
+    denom, n_tokens = _denominators(inp.rows, spec)
+    if denom == 0:
+        return {}
+    sums = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ratio_mean": 0.0,
+            "value_loss": 0.0}
+    optimizer.zero_grad(set_to_none=True)
+    for idx in micro_batches(inp.rows, budget_tokens):
+        mb = inp.rows.select(idx)
+        w = mb.input_ids.shape[1]
+        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
+                           value_head=value_head)
+        adv = inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]
+        factor = inp.factor[idx] if inp.factor is not None else None
+        pl, m = loss_fn(s.logp, mb.old_logp, adv, mb.loss_mask, clip_eps=spec.clip_eps,
+                        clip_eps_high=spec.clip_eps_high, factor_N=factor, agg=spec.agg, denom=denom)
+        loss = pl
+        share = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
+        if spec.kl_coef > 0 and inp.ref_logp is not None:
+            kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w]), mb.loss_mask) / n_tokens
+            loss = loss + spec.kl_coef * kl
+            sums["kl"] += kl.item()
+        if value_head is not None and inp.returns is not None:
+            vl = 0.5 * masked_sum((s.values - inp.returns[idx, :w]) ** 2, mb.loss_mask) / n_tokens
+            loss = loss + spec.vf_coef * vl
+            sums["value_loss"] += vl.item()
+        loss.backward()
+        sums["loss"] += loss.item()
+        sums["policy_loss"] += pl.item()
+        sums["entropy"] += float(masked_sum(s.entropy, mb.loss_mask)) / max(n_tokens, 1.0)
+        sums["clipfrac"] += float(m["clipfrac"]) * share
+        sums["ratio_mean"] += float(m["ratio_mean"]) * share
+        with torch.no_grad():  # learner vs sampler log-prob gap (meaningful on an iteration's first step)
+            gap = ((s.logp - mb.old_logp).abs() * mb.loss_mask).max()
+        sums["logp_gap_max"] = max(sums.get("logp_gap_max", 0.0), float(gap))
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf"))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    sums["grad_norm"] = float(grad_norm)
+    return sums

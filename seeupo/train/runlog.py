@@ -1,0 +1,113 @@
+"""The one place metrics are written: ``metrics.jsonl``, tensorboard, wandb (when asked), and the
+training-curve plot at the end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class RunLog:
+    def __init__(self, folder: Path, loggers: list[str], *, resume_from: int | None = None, config: dict | None = None):
+        self.path = folder / "metrics.jsonl"
+        if resume_from is not None and self.path.exists():
+            # drop lines the checkpoint does not cover (they will be recomputed)
+            keep = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("iteration", -1) < resume_from]
+            self.path.write_text("".join(k + "\n" for k in keep))
+        elif resume_from is None:
+            self.path.write_text("")
+        self.tb = None
+        if "tensorboard" in loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(folder / "tensorboard"))
+            except ImportError as e:
+                raise RuntimeError("run.loggers has 'tensorboard' but the package is missing: "
+                                   "pip install tensorboard (or drop it from run.loggers)") from e
+        self.wandb = None
+        if "wandb" in loggers:
+            try:
+                import wandb
+            except ImportError as e:
+                raise RuntimeError("run.loggers has 'wandb' but the package is missing: pip install wandb") from e
+            self.wandb = wandb.init(project="seeupo", dir=str(folder), config=config,
+                                    mode=None if wandb.api.api_key else "offline")
+
+    def log(self, record: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        step = record.get("iteration", 0)
+        scalars = {k: v for k, v in _flatten(record) if isinstance(v, (int, float)) and math.isfinite(v)}
+        if self.tb:
+            for k, v in scalars.items():
+                self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.wandb:
+            self.wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}/")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def read_metrics(folder: Path) -> list[dict]:
+    path = folder / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def plot_curves(folder: Path, records: list[dict], title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in records if "reward_mean" in r]
+    evals = [r for r in records if "eval" in r]
+    panels = [("reward_mean", "reward (train)"), ("success_rate", "success (train)"), ("entropy", "entropy"),
+              ("clipfrac", "clip fraction"), ("episode/turns", "turns per episode"),
+              ("tool/error_rate", "tool-call error rate")]
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
+    axes = axes.ravel()
+    for ax, (key, label) in zip(axes, panels):
+        xs = [r["iteration"] for r in train if key in r]
+        ax.plot(xs, [r[key] for r in train if key in r], marker=".")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    ax = axes[6]
+    for key in ("avg@k", "pass@k"):
+        ax.plot([r["iteration"] for r in evals], [r["eval"][key] for r in evals], marker="o", label=key)
+    ax.set_title("held-out eval", fontsize=10)
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax = axes[7]
+    turns = sorted({t for r in train for t in r.get("turn", {})}, key=int)
+    for t in turns:
+        xs = [r["iteration"] for r in train if t in r.get("turn", {})]
+        ax.plot(xs, [r["turn"][t].get("adv_x_factor_mean", 0.0) for r in train if t in r.get("turn", {})],
+                label=f"turn {t}")
+    ax.set_title("mean advantage x factor per turn", fontsize=10)
+    if turns:
+        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    for ax in axes:
+        ax.set_xlabel("iteration", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = folder / "curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,267 @@
+"""The training loop: rollout -> rewards -> advantages (core) -> rows -> update in the schedule's
+order -> metrics, evaluation, checkpoint. One process; written for ``accelerate`` later.
+
+Determinism: every episode's seed is derived from (run seed, iteration, task, sample), task choice
+and minibatch shuffles from (run seed, iteration), so a resumed run repeats the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from seeupo.core.advantages import gae, grae
+from seeupo.core.algorithms import get_algorithm
+from seeupo.core.metrics import avg_at_k, pass_at_k
+from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
+from seeupo.envs.base import make_family
+from seeupo.models.loading import DEFAULT_MODEL, load_model
+from seeupo.models.policy import ValueHead, apply_lora
+from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
+from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
+from seeupo.train import checkpoint
+from seeupo.train.config import Config, save_config
+from seeupo.train.learner import LossSpec, score
+from seeupo.train.runlog import RunLog, plot_curves, read_metrics
+from seeupo.train.update import UpdateContext, joint_update, sequential_update
+from seeupo.train.warmup import warmup
+
+
+@dataclass
+class EvalResult:
+    avg: float
+    passk: float
+    k: int
+    tasks: int
+    reward_mean: float
+
+    def as_dict(self) -> dict:
+        return {"avg@k": self.avg, "pass@k": self.passk, "k": self.k, "tasks": self.tasks,
+                "reward_mean": self.reward_mean}
+
+
+def episode_stats(episodes: list[Episode], threshold: float) -> dict:
+    n = max(len(episodes), 1)
+    turns = sum(e.n_turns for e in episodes)
+    m = {
+        "reward_mean": sum(e.reward for e in episodes) / n,
+        "reward_std": float(torch.tensor([e.reward for e in episodes]).std()) if len(episodes) > 1 else 0.0,
+        "success_rate": sum(e.score >= threshold for e in episodes) / n,
+        "episode/turns": turns / n,
+        "episode/tokens": sum(len(e.ids) for e in episodes) / n,
+        "episode/generated_tokens": sum(sum(e.gen_mask) for e in episodes) / n,
+        "tool/error_rate": sum(e.tool_errors for e in episodes) / max(turns, 1),
+        "rollout/truncated_turns": sum(e.truncated_turns for e in episodes),
+        "rollout/prefix_mismatches": sum(e.prefix_mismatches for e in episodes),
+    }
+    for reason in ("done", "max_turns", "context", "error"):
+        m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
+    return m
+
+
+class Trainer:
+    def __init__(self, cfg: Config, *, resume: bool = False, console=None):
+        self.cfg, self.console, self.resume = cfg, console, resume
+        self.out = Path(cfg.run.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.algo = get_algorithm(cfg.algo.name)
+        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        lm = load_model(cfg.model.name, seed=cfg.run.seed, dtype=dtype)
+        self.tokenizer = lm.tokenizer
+        model = lm.model
+        if cfg.model.lora:
+            model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
+        self.model = model
+        self.value_head = None
+        if self.algo.estimator == "gae":
+            self.value_head = ValueHead(model.config.hidden_size)
+        self.named_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if self.value_head is not None:
+            self.named_params += [(f"value_head.{n}", p) for n, p in self.value_head.named_parameters()]
+        self.params = [p for _, p in self.named_params]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.chat = Chat(self.tokenizer)
+        self.family = make_family(cfg.env.name, cfg.env.options)
+        self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context)
+        self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
+                                 temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size)
+        self.state: dict = {}
+
+    # ----------------------------------------------------------------- helpers
+    def _say(self, msg: str) -> None:
+        if self.console:
+            self.console.print(msg)
+
+    def warmup_enabled(self) -> bool:
+        w = self.cfg.warmup.enabled
+        return w == "on" or (w == "auto" and self.cfg.model.name == DEFAULT_MODEL)
+
+    def evaluate(self, *, policy=None, tag: str = "eval") -> EvalResult:
+        cfg = self.cfg
+        tasks = self.family.tasks(cfg.eval.split)[: cfg.eval.tasks]
+        jobs = [(t, i, s, derive_seed(cfg.run.seed, tag, t.id, s)) for i, t in enumerate(tasks) for s in range(cfg.eval.k)]
+        if policy is None:
+            policy = self.sampler
+            old_t = self.sampler.temperature
+            self.sampler.temperature = cfg.eval.temperature or cfg.rollout.temperature
+        try:
+            with torch.no_grad():
+                episodes = run_episodes(policy, self.chat, self.family, jobs, self.limits)
+        finally:
+            if policy is self.sampler:
+                self.sampler.temperature = old_t
+        success = torch.tensor([e.score >= cfg.eval.threshold for e in episodes], dtype=torch.float32)
+        success = success.view(len(tasks), cfg.eval.k)
+        return EvalResult(avg_at_k(success), pass_at_k(success), cfg.eval.k, len(tasks),
+                          sum(e.reward for e in episodes) / max(len(episodes), 1))
+
+    def _episodes(self, iteration: int) -> list[Episode]:
+        cfg = self.cfg
+        pool = self.family.tasks("train")
+        rng = random.Random(derive_seed(cfg.run.seed, "tasks", iteration))
+        chosen = rng.sample(pool, min(cfg.rollout.tasks_per_iteration, len(pool)))
+        jobs = [(t, b, g, derive_seed(cfg.run.seed, "episode", iteration, t.id, g))
+                for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
+        with torch.no_grad():
+            return run_episodes(self.sampler, self.chat, self.family, jobs, self.limits)
+
+    def _loss_spec(self) -> LossSpec:
+        a = self.cfg.algo
+        return LossSpec(self.algo.loss, clip_eps=a.clip_eps, clip_eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
+                        kl_estimator=a.kl_estimator, vf_coef=a.vf_coef, temperature=self.cfg.rollout.temperature)
+
+    # ----------------------------------------------------------------- one iteration
+    def iteration(self, it: int) -> dict:
+        cfg, algo = self.cfg, self.algo
+        t0 = time.perf_counter()
+        episodes = self._episodes(it)
+        t_roll = time.perf_counter() - t0
+        rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+        groups = torch.tensor([e.group for e in episodes])
+        pad = self.tokenizer.pad_token_id
+        ctx = UpdateContext(self.model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
+                            cfg.optim.grad_clip, cfg.algo.epochs or algo.epochs, cfg.algo.minibatches,
+                            torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head)
+        self.model.train()
+        per_turn: dict = {}
+        if algo.estimator == "gae":
+            rows = trajectory_rows(episodes, pad)
+            _, old_values = score(self.model, rows, temperature=cfg.rollout.temperature,
+                                  budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head)
+            r_tok = torch.zeros(rows.input_ids.shape)
+            for i, e in enumerate(episodes):
+                for t, end in enumerate(e.turn_ends):
+                    if t < len(e.step_rewards):
+                        r_tok[i, end - 1] += e.step_rewards[t]
+            adv_tok, returns = gae(r_tok, old_values, rows.loss_mask, gamma=cfg.algo.gamma, lam=cfg.algo.lam)
+            adv_E = grae(rewards, groups, norm="none")  # for diagnostics only
+            metrics = joint_update(ctx, rows, adv_tok, returns=returns, old_values=old_values)
+        else:
+            adv_E = grae(rewards, groups, norm=cfg.algo.norm or algo.norm, leave_one_out=algo.leave_one_out)
+            if cfg.algo.advantage_clip:
+                adv_E = adv_E.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
+            order = cfg.algo.order or algo.order
+            if algo.sequential or order != "joint":
+                pools = turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment)
+                metrics, per_turn = sequential_update(ctx, pools, adv_E, order=order,
+                                                      ratio_reference=cfg.algo.ratio_reference,
+                                                      factor_clip=cfg.algo.factor_clip)
+            else:
+                rows = (trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
+                        else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))
+                metrics = joint_update(ctx, rows, adv_E[rows.episode])
+        if not per_turn:  # joint algorithms: rows and advantages by turn
+            for e_i, e in enumerate(episodes):
+                for t in range(e.n_turns):
+                    d = per_turn.setdefault(t, {"rows": 0, "adv_x_factor_mean": 0.0})
+                    d["rows"] += 1
+                    d["adv_x_factor_mean"] += float(adv_E[e_i])
+            for d in per_turn.values():
+                d["adv_x_factor_mean"] /= max(d["rows"], 1)
+        for t, d in per_turn.items():
+            eps_t = [e for e in episodes if e.n_turns > t]
+            d["success"] = sum(e.score >= cfg.eval.threshold for e in eps_t) / max(len(eps_t), 1)
+            d["reward"] = sum(e.step_rewards[t] for e in eps_t if len(e.step_rewards) > t) / max(len(eps_t), 1)
+        record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
+                  "advantage_abs_mean": float(adv_E.abs().mean()),
+                  "turn": {str(t): d for t, d in sorted(per_turn.items())},
+                  "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll}
+        return record
+
+    # ----------------------------------------------------------------- the run
+    def _wall(self) -> float:
+        return self._wall_prior + time.perf_counter() - self._wall0
+
+    def _save(self, iteration: int) -> None:
+        self.state["wall_seconds"] = self._wall()
+        checkpoint.save(self.out, iteration=iteration, named_params=self.named_params, optimizer=self.optimizer,
+                        state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+
+    def run(self, progress=None) -> dict:
+        cfg = self.cfg
+        self._wall0, self._wall_prior = time.perf_counter(), 0.0
+        save_config(cfg, self.out / "config.yaml")
+        start = 0
+        if self.resume:
+            ck = checkpoint.latest(self.out)
+            if ck is None:
+                raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+            self.state = checkpoint.load(ck, self.named_params, self.optimizer)
+            start = self.state["iteration"]
+            self._wall_prior = self.state.get("wall_seconds", 0.0)
+            if start >= cfg.run.iterations:
+                self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
+                          "nothing to train; raise run.iterations to continue[/]")
+            self._say(f"resumed from {ck} at iteration {start}")
+        log = RunLog(self.out, cfg.run.loggers, resume_from=start if self.resume else None,
+                     config=cfg.model_dump(mode="json"))
+        try:
+            if not self.resume:
+                if self.warmup_enabled():
+                    self._say(f"format warm-up: {cfg.warmup.episodes} demonstration episodes")
+                    self.state["warmup"] = warmup(self.model, self.params, self.chat, self.family, self.limits,
+                                                  cfg.warmup, seed=cfg.run.seed,
+                                                  budget_tokens=cfg.optim.micro_batch_tokens)
+                ev = self.evaluate()
+                self.state["eval_before"] = ev.as_dict()
+                log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
+                self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks")
+                self._save(0)
+            for it in range(start, cfg.run.iterations):
+                record = self.iteration(it)
+                log.log(record)
+                if progress:
+                    progress(it + 1, record)
+                done = it + 1
+                if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.run.iterations:
+                    ev = self.evaluate()
+                    log.log({"iteration": done, "eval": ev.as_dict()})
+                if (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0) or done == cfg.run.iterations:
+                    self._save(done)
+            ev = self.evaluate()
+            log.log({"iteration": max(cfg.run.iterations, start), "eval": ev.as_dict(), "final": True})
+        finally:
+            log.close()
+        with torch.no_grad():
+            l2 = float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in self.params)))
+        summary = {
+            "algorithm": cfg.algo.name, "model": cfg.model.name, "env": cfg.env.name, "seed": cfg.run.seed,
+            "eval_before": self.state["eval_before"], "eval_after": ev.as_dict(),
+            "iterations": max(cfg.run.iterations, start),
+            "wall_seconds": self._wall(),
+            "trainable_param_l2": l2,
+            "warmup": self.state.get("warmup"),
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        plot_curves(self.out, read_metrics(self.out), f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
+        return summary
+
+
+def oracle_policy(chat: Chat) -> ScriptedPolicy:
+    return ScriptedPolicy(lambda env, rng: env.oracle_action(), chat.encode, chat.eos_id)

@@ -1,0 +1,59 @@
+"""Format warm-up: a short supervised stage on environment-generated demonstrations.
+
+The demonstrations come from the environment's ``demo_action``: format-correct tool calls whose
+tools and arguments are chosen without knowing the answer, so they teach the call format, not the
+solution. They run through the same episode runner as RL (same chat-template bookkeeping), and the
+loss is the mean negative log-likelihood of the demonstrated assistant tokens.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from seeupo.data.episode import derive_seed, trajectory_rows
+from seeupo.models.policy import token_logprobs
+from seeupo.rollout.runner import run_episodes
+from seeupo.rollout.sampler import ScriptedPolicy
+from seeupo.train.learner import micro_batches
+
+
+def demonstrations(chat, family, limits, *, n: int, seed: int):
+    tasks = family.tasks("train")
+    rng = random.Random(derive_seed(seed, "warmup-tasks"))
+    jobs = [(rng.choice(tasks), i, 0, derive_seed(seed, "warmup", i)) for i in range(n)]
+    policy = ScriptedPolicy(lambda env, r: env.demo_action(r), chat.encode, chat.eos_id)
+    return run_episodes(policy, chat, family, jobs, limits)
+
+
+def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, progress=None) -> dict:
+    """Supervised steps on demonstrations; returns the mean loss of the first and last steps."""
+    episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
+    rows = trajectory_rows(episodes, chat.tok.pad_token_id)
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
+    losses = []
+    model.train()
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(len(rows), generator=gen)
+        for chunk in perm.split(cfg.batch_episodes):
+            batch = rows.select(chunk)
+            n_tok = float(batch.loss_mask.sum())
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for idx in micro_batches(batch, budget_tokens):
+                mb = batch.select(idx)
+                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False)
+                loss = -(s.logp * mb.loss_mask).sum() / n_tok
+                loss.backward()
+                total += loss.item()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            losses.append(total)
+            if progress:
+                progress(total)
+    opt.zero_grad(set_to_none=True)
+    return {"warmup/steps": len(losses), "warmup/loss_first": losses[0] if losses else 0.0,
+            "warmup/loss_last": losses[-1] if losses else 0.0,
+            "warmup/demo_success": sum(e.score for e in episodes) / max(len(episodes), 1)}

@@ -1,0 +1,111 @@
+"""Learner invariances and the SeeUPO schedule on a tiny random model."""
+
+import copy
+
+import pytest
+import torch
+
+from seeupo.core.losses import POLICY_LOSSES
+from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
+from seeupo.envs import make_family
+from seeupo.rollout.runner import RolloutLimits, run_episodes
+from seeupo.rollout.sampler import HFSampler
+from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
+from seeupo.train.update import UpdateContext, joint_update, sequential_update
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny, chat):
+    fam = make_family("lookup", {"hops_min": 1, "hops_max": 2})
+    tasks = fam.tasks("train")[:3]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    jobs = [(t, i, g, derive_seed(3, i, g)) for i, t in enumerate(tasks) for g in range(3)]
+    return run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=10))
+
+
+def grads_after_step(model, inp, spec, budget):
+    m = copy.deepcopy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=1.0)
+    before = [p.detach().clone() for p in params]
+    optimizer_step(m, opt, params, inp, spec, budget_tokens=budget, grad_clip=None)
+    return [b - p.detach() for b, p in zip(before, params)]
+
+
+@pytest.mark.parametrize("loss", sorted(POLICY_LOSSES))
+def test_loss_does_not_depend_on_micro_batch_size(tiny, episodes, loss):
+    rows = trajectory_rows(episodes, tiny.tokenizer.pad_token_id)
+    adv = torch.linspace(-1, 1, len(rows))
+    inp = StepInputs(rows=rows, adv=adv)
+    spec = LossSpec(loss)
+    a = grads_after_step(tiny.model, inp, spec, budget=100_000)  # one micro-batch
+    b = grads_after_step(tiny.model, inp, spec, budget=1)  # one row per micro-batch
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(a, b))
+    assert any(x.abs().max() > 0 for x in a)
+
+
+def test_pad_ids_and_non_trained_positions_do_not_change_the_loss(tiny, episodes):
+    rows = trajectory_rows(episodes, tiny.tokenizer.pad_token_id)
+    adv = torch.linspace(-1, 1, len(rows))
+    spec = LossSpec("clip_token")
+    a = grads_after_step(tiny.model, StepInputs(rows=rows, adv=adv), spec, 100_000)
+    noisy = copy.copy(rows)
+    pad = rows.attention_mask == 0
+    noisy.input_ids = torch.where(pad, torch.full_like(rows.input_ids, 123), rows.input_ids)
+    # garbage sampling log-probs outside the loss mask (observation and template tokens)
+    noisy.old_logp = torch.where(rows.loss_mask.bool(), rows.old_logp, torch.full_like(rows.old_logp, -55.0))
+    b = grads_after_step(tiny.model, StepInputs(rows=noisy, adv=adv), spec, 100_000)
+    assert all(torch.allclose(x, y, atol=1e-7) for x, y in zip(a, b))
+
+
+def ctx_for(model, lr, epochs=2):
+    m = copy.deepcopy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    return UpdateContext(m, torch.optim.SGD(params, lr=lr), params, LossSpec("clip_sequence"), 4096, None,
+                         epochs, 1, torch.Generator().manual_seed(0))
+
+
+def test_factor_is_one_with_zero_learning_rate(tiny, episodes):
+    pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    adv = torch.linspace(-1, 1, len(episodes))
+    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, order="reverse",
+                                    ratio_reference="incremental")
+    assert len(per_turn) >= 2
+    for t, d in per_turn.items():
+        assert d["factor_min"] == 1.0 and d["factor_max"] == 1.0, (t, d)
+        if "ratio_mean" in d:
+            assert d["ratio_mean"] == 1.0
+    # with the sampler's log-probs as reference the factor is 1 up to the sampler/learner gap
+    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, order="reverse")
+    assert all(abs(d["factor_min"] - 1) < 1e-5 and abs(d["factor_max"] - 1) < 1e-5 for d in per_turn.values())
+
+
+def test_factor_moves_and_reverse_updates_last_turn_first(tiny, episodes):
+    pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    adv = torch.linspace(-1, 1, len(episodes))
+    _, per_turn = sequential_update(ctx_for(tiny.model, 1.0), pools, adv, order="reverse")
+    last = max(per_turn)
+    assert per_turn[last]["phase"] == 0 and per_turn[0]["phase"] == len(per_turn) - 1
+    assert per_turn[last]["factor_max"] == 1.0  # the first phase has no updated turns behind it
+    assert per_turn[0]["factor_min"] < 1.0 or per_turn[0]["factor_max"] > 1.0
+    # only episodes that reached a turn have rows in its pool
+    for t, d in per_turn.items():
+        assert d["rows"] == sum(e.n_turns > t for e in episodes)
+
+
+def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
+    fam = make_family("lookup", {"hops_min": 1, "hops_max": 1, "answer_required": False, "slack_turns": 0})
+    tasks = fam.tasks("train")[:3]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    eps = run_episodes(sampler, chat, fam, [(t, i, g, derive_seed(5, i, g)) for i, t in enumerate(tasks)
+                                             for g in range(2)], RolloutLimits(max_turns=1, max_new_tokens=8))
+    assert all(e.n_turns == 1 for e in eps)
+    adv = torch.linspace(-1, 1, len(eps))
+    a = ctx_for(tiny.model, 0.5)
+    sequential_update(a, turn_rows(eps, tiny.tokenizer.pad_token_id), adv, order="reverse")
+    b = ctx_for(tiny.model, 0.5)
+    rows = trajectory_rows(eps, tiny.tokenizer.pad_token_id)
+    joint_update(b, rows, adv[rows.episode])
+    for p, q in zip(a.params, b.params):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert any(not torch.equal(p, q) for p, q in zip(a.params, tiny.model.parameters()))

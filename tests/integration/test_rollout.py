@@ -1,0 +1,102 @@
+"""Rollout bookkeeping with scripted policies and a tiny random model."""
+
+import json
+
+import torch
+
+from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
+from seeupo.envs import make_family
+from seeupo.rollout.runner import RolloutLimits, run_episodes
+from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
+from seeupo.train.learner import score
+
+
+def scripted(chat, fn):
+    return ScriptedPolicy(fn, chat.encode, chat.eos_id)
+
+
+def jobs(tasks, seed=0):
+    return [(t, i, 0, derive_seed(seed, t.id)) for i, t in enumerate(tasks)]
+
+
+def test_scripted_policy_exact_counts(chat):
+    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2, "slack_turns": 1})
+    tasks = fam.tasks("test")[:5]
+    state = {}
+
+    def bad_then_oracle(env, rng):  # turn 0: malformed; turn 1: unknown tool; then the oracle
+        n = state.setdefault(id(env), 0)
+        state[id(env)] = n + 1
+        return ["{not json", json.dumps({"tool": "search"}), env.oracle_action()][min(n, 2)]
+
+    eps = run_episodes(scripted(chat, bad_then_oracle), chat, fam, jobs(tasks), RolloutLimits(max_turns=10))
+    for e in eps:  # hops 2 + answer + slack 1 = 4 turns: 2 errors, then 2 lookups; no answer in time
+        assert e.n_turns == 4 and e.tool_errors == 2 and e.end_reason == "max_turns" and e.score == 0.0
+    eps = run_episodes(scripted(chat, lambda env, rng: env.oracle_action()), chat, fam, jobs(tasks), RolloutLimits())
+    for e in eps:
+        assert e.n_turns == 3 and e.tool_errors == 0 and e.end_reason == "done" and e.score == 1.0
+        assert e.step_rewards == [0.0, 0.0, 1.0] and e.prefix_mismatches == 0
+    eps = run_episodes(scripted(chat, lambda env, rng: "no call here"), chat, fam, jobs(tasks),
+                       RolloutLimits(max_turns=2))
+    assert all(e.n_turns == 2 and e.tool_errors == 2 and e.end_reason == "max_turns" for e in eps)
+
+
+def test_context_limit_and_env_failure_are_recorded(chat):
+    fam = make_family("lookup")
+    tasks = fam.tasks("test")[:2]
+    eps = run_episodes(scripted(chat, lambda env, rng: "x" * 50), chat, fam, jobs(tasks),
+                       RolloutLimits(max_turns=4, max_new_tokens=200, max_context=200))
+    assert all(e.end_reason == "context" and len(e.ids) <= 200 for e in eps)
+
+    def boom(env, rng):
+        env.step = None  # the environment breaks: calling it raises
+        return "{}"
+
+    eps = run_episodes(scripted(chat, boom), chat, fam, jobs(tasks), RolloutLimits())
+    assert all(e.end_reason == "error" and e.error for e in eps)
+
+
+def test_ids_trained_on_are_the_ids_sampled_and_logprobs_match(tiny, chat):
+    fam = make_family("lookup")
+    tasks = fam.tasks("train")[:4]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    recorded = []
+    original = sampler.generate
+
+    def recording(prompts, gens, max_new):
+        out = original(prompts, gens, max_new)
+        recorded.append(out)
+        return out
+
+    sampler.generate = recording
+    eps = run_episodes(sampler, chat, fam, [(t, i, g, derive_seed(1, i, g)) for i, t in enumerate(tasks)
+                                             for g in range(2)], RolloutLimits(max_turns=3, max_new_tokens=12))
+    # per episode, the sampled ids of every turn, in order
+    sampled = {i: [] for i in range(len(eps))}
+    live = list(range(len(eps)))
+    for turn_out in recorded:
+        live = [i for i in range(len(eps)) if eps[i].n_turns > len([t for t in sampled[i]])][:len(turn_out)]
+        for i, s in zip(live, turn_out):
+            sampled[i].append(s.ids)
+    rows = trajectory_rows(eps, tiny.tokenizer.pad_token_id)
+    for i, e in enumerate(eps):
+        trained = rows.input_ids[i][rows.loss_mask[i].bool()].tolist()
+        assert trained == [tok for ids in sampled[i] for tok in ids]
+        assert sum(e.gen_mask) == sum(len(x) for x in sampled[i])
+    logp, _ = score(tiny.model, rows, temperature=1.0, budget_tokens=1024)
+    m = rows.loss_mask.bool()
+    assert (logp[m] - rows.old_logp[m]).abs().max() < 1e-4
+    # turn rows carry the same ids and masks, cut at each turn's end
+    pools = turn_rows(eps, tiny.tokenizer.pad_token_id)
+    assert int(pools.loss_mask.sum()) == int(rows.loss_mask.sum())
+
+
+def test_episode_tokens_do_not_depend_on_batch_composition(tiny, chat):
+    fam = make_family("lookup")
+    tasks = fam.tasks("train")[:6]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    limits = RolloutLimits(max_turns=2, max_new_tokens=10)
+    all_jobs = [(t, i, 0, derive_seed(7, t.id)) for i, t in enumerate(tasks)]
+    together = run_episodes(sampler, chat, fam, all_jobs, limits)
+    alone = run_episodes(sampler, chat, fam, all_jobs[3:4], limits)[0]
+    assert together[3].ids == alone.ids

@@ -1,0 +1,48 @@
+import pytest
+
+from seeupo.train.config import ConfigError, load_config, presets
+
+
+def test_presets_load_and_inherit():
+    assert {"default", "tiny", "authors_code"} <= set(presets())
+    a = load_config("authors_code")
+    d = load_config("default")
+    assert a.algo.ratio_reference == "incremental" and a.algo.factor_clip == (0.8, 1.2)
+    assert a.rollout == d.rollout and a.model == d.model  # inherited from default
+    assert load_config("tiny").model.name == "tiny-random"
+
+
+def test_overrides_are_typed():
+    c = load_config("default", ["algo.name=grpo", "rollout.group_size=8", "algo.factor_clip=[0.9, 1.1]"])
+    assert c.algo.name == "grpo" and c.rollout.group_size == 8 and c.algo.factor_clip == (0.9, 1.1)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algo.nmae=grpo", "algo.nmae: Extra inputs are not permitted"),
+    ("algo.name=dpo", "use one of: ppo, grpo"),
+    ("rollout.group_size=1", "group_size >= 2"),
+    ("algo.order=sideways", "unknown turn order"),
+    ("rollout.temperature=0", "greater than 0"),
+    ("model.lora=false", "kl_coef"),
+    ("nonsense", "section.key=value"),
+])
+def test_bad_config_fails_with_the_fix(override, message):
+    extra = ["algo.kl_coef=0.01"] if override.startswith("model.lora") else []
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_config("default", [override, *extra])
+
+
+def test_unknown_preset_lists_the_available_ones():
+    with pytest.raises(ConfigError, match="available: authors_code, default, tiny"):
+        load_config("huge")
+
+
+def test_env_options_are_validated_by_the_env():
+    from seeupo.envs import make_family
+
+    with pytest.raises(Exception, match="hops_min"):
+        make_family("lookup", {"hops_min": 3, "hops_max": 1})
+    with pytest.raises(Exception, match="extra"):
+        make_family("lookup", {"hopz": 1})
+    with pytest.raises(ValueError, match="valid names: lookup"):
+        make_family("appworld-typo")
