@@ -101,8 +101,8 @@ def train(
     console.print(f"[bold]seeupo train[/]: {cfg.algo.name} | model {cfg.model.name} | env {cfg.env.name} | "
                   f"{cfg.run.iterations} iterations of {cfg.rollout.tasks_per_iteration}x{cfg.rollout.group_size} "
                   f"episodes | out {cfg.run.out}")
-    trainer = Trainer(cfg, resume=resume, console=console)
     with _progress() as bar:
+        trainer = Trainer(cfg, resume=resume, console=console, bar=bar)
         task = bar.add_task("RL", total=cfg.run.iterations)
 
         def on_iteration(done, record):
@@ -142,7 +142,9 @@ def evaluate(
     cfg = _build_config(preset, [*(overrides or []), f"eval.split={split}", f"eval.k={k}", "warmup.enabled=off",
                                  *([f"eval.tasks={max_tasks}"] if max_tasks else ["eval.tasks=1000000"])],
                         model=model, env=env)
-    trainer = Trainer(cfg, console=console)
+    bar = _progress()
+    bar.start()
+    trainer = Trainer(cfg, console=console, bar=bar)
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
         if path is None:
@@ -152,7 +154,10 @@ def evaluate(
         console.print(f"loaded {path}")
     pol = oracle_policy(trainer.chat) if policy == "oracle" else None
     start = time.perf_counter()
-    res = trainer.evaluate(policy=pol, tag="eval-cli")
+    try:
+        res = trainer.evaluate(policy=pol, tag="eval-cli")
+    finally:
+        bar.stop()
     data = {**res.as_dict(), "split": split, "env": cfg.env.name, "policy": policy,
             "model": cfg.model.name, "seconds": time.perf_counter() - start}
     console.print(f"{cfg.env.name}/{split}: avg@{k} {res.avg:.3f}  pass@{k} {res.passk:.3f}  "

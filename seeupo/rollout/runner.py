@@ -56,8 +56,9 @@ class _Live:
 
 
 def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, int, int, int]],
-                 limits: RolloutLimits, *, first_episode_id: int = 0) -> list[Episode]:
-    """Run one episode per job ``(task, group, sample, seed)``; returns them in job order."""
+                 limits: RolloutLimits, *, first_episode_id: int = 0, on_progress=None) -> list[Episode]:
+    """Run one episode per job ``(task, group, sample, seed)``; returns them in job order.
+    ``on_progress(finished, total)`` is called after every turn."""
     live: list[_Live] = []
     episodes: list[Episode] = []
     envs = []
@@ -131,6 +132,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             ep.append(delta_ids)
             lv.text = stream + delta
             live.append(lv)
+        if on_progress:
+            on_progress(len(episodes) - len(live), len(episodes))
     for ep, env in zip(episodes, envs):
         ep.end_reason = ep.end_reason or "max_turns"
         if env is not None:

@@ -21,7 +21,8 @@ def trainable_state(named_params) -> dict[str, torch.Tensor]:
     return {n: p.detach().contiguous().clone() for n, p in named_params}
 
 
-def save(folder: Path, *, iteration: int, named_params, optimizer, state: dict, config_yaml: str) -> Path:
+def save(folder: Path, *, iteration: int, named_params, optimizer, state: dict, config_yaml: str,
+         reference: dict[str, torch.Tensor] | None = None) -> Path:
     root = folder / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter-{iteration:06d}"
@@ -30,6 +31,8 @@ def save(folder: Path, *, iteration: int, named_params, optimizer, state: dict, 
     tmp.mkdir()
     save_file(trainable_state(named_params), tmp / "trainable.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if reference is not None:  # the KL reference policy's trainable tensors
+        save_file(reference, tmp / "reference.safetensors")
     (tmp / "state.json").write_text(json.dumps({**state, "iteration": iteration}, indent=1))
     (tmp / "config.yaml").write_text(config_yaml)
     shutil.rmtree(final, ignore_errors=True)
@@ -61,5 +64,15 @@ def load(path: Path, named_params, optimizer) -> dict:
         for n, p in params.items():
             p.copy_(tensors[n])
     if optimizer is not None:
+        # The config in force wins over hyper-parameters stored with the optimizer state (a resumed
+        # run with a new learning rate must use it, not silently keep the old one).
+        current = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        for group, hyper in zip(optimizer.param_groups, current):
+            group.update(hyper)
     return json.loads((path / "state.json").read_text())
+
+
+def load_reference(path: Path) -> dict[str, torch.Tensor] | None:
+    f = path / "reference.safetensors"
+    return load_file(f) if f.exists() else None

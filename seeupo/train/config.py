@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from seeupo.core.algorithms import ALGORITHMS
 from seeupo.core.losses import KL_ESTIMATORS
@@ -90,6 +90,11 @@ class WarmupConfig(Strict):
     batch_episodes: int = Field(16, ge=1, description="episodes per optimizer step")
     lr: float = Field(5e-4, gt=0, description="warm-up learning rate")
 
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _yaml_bools(cls, v):  # YAML reads on/off/yes/no as booleans
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
 
 class EvalConfig(Strict):
     every: int = Field(0, ge=0, description="evaluate every N iterations (0: before and after only)")
@@ -123,9 +128,6 @@ class Config(Strict):
         algo = ALGORITHMS[self.algo.name]
         if algo.estimator == "grae" and self.rollout.group_size < 2:
             raise ValueError(f"{self.algo.name} compares episodes of one task: set rollout.group_size >= 2")
-        if self.algo.kl_coef > 0 and not self.model.lora:
-            raise ValueError("algo.kl_coef > 0 with full fine-tuning needs a frozen reference copy, which "
-                             "is not supported yet; use model.lora=true or algo.kl_coef=0")
         return self
 
 

@@ -14,7 +14,7 @@ import torch
 
 from seeupo.core.losses import get_kl, get_policy_loss, masked_sum
 from seeupo.data.episode import Rows
-from seeupo.models.policy import ValueHead, is_peft, token_logprobs
+from seeupo.models.policy import ValueHead, token_logprobs
 
 
 def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
@@ -36,33 +36,42 @@ def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def score(model, rows: Rows, *, temperature: float, budget_tokens: int, value_head: ValueHead | None = None,
-          reference: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs ``[R, L]`` of every loss-mask token (and values with a value head), no gradient.
-    ``reference=True`` scores with LoRA adapters disabled (the reference policy)."""
+def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
+          value_head: ValueHead | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[R, L]`` of every loss-mask token (and values with a value head), no gradient."""
     logp = torch.zeros(rows.input_ids.shape, dtype=torch.float32)
     values = torch.zeros_like(logp) if value_head is not None else None
-    ctx = model.disable_adapter() if (reference and is_peft(model)) else _null()
     was_training = model.training
     model.eval()
-    with ctx:
-        for idx in micro_batches(rows, budget_tokens):
-            mb = rows.select(idx)
-            s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                               temperature=temperature, value_head=value_head, with_entropy=False)
-            w = mb.input_ids.shape[1]
-            logp[idx, :w] = s.logp
-            if values is not None:
-                values[idx, :w] = s.values
+    for idx in micro_batches(rows, budget_tokens):
+        mb = rows.select(idx)
+        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                           temperature=temperature, value_head=value_head, with_entropy=False)
+        w = mb.input_ids.shape[1]
+        logp[idx, :w] = s.logp
+        if values is not None:
+            values[idx, :w] = s.values
     model.train(was_training)
     return logp, values
 
 
-class _null:
+class swapped:
+    """Temporarily load other values into parameters (the KL reference policy), then restore them."""
+
+    def __init__(self, named_params, values: dict[str, torch.Tensor]):
+        self.pairs = [(p, values[n]) for n, p in named_params if n in values]
+
     def __enter__(self):
+        self.saved = [p.detach().clone() for p, _ in self.pairs]
+        with torch.no_grad():
+            for p, v in self.pairs:
+                p.copy_(v)
         return self
 
     def __exit__(self, *a):
+        with torch.no_grad():
+            for (p, _), old in zip(self.pairs, self.saved):
+                p.copy_(old)
         return False
 
 

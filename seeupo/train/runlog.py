@@ -14,7 +14,7 @@ class RunLog:
         if resume_from is not None and self.path.exists():
             # drop lines the checkpoint does not cover (they will be recomputed)
             keep = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("iteration", -1) < resume_from]
+                    if line.strip() and _covered(json.loads(line), resume_from)]
             self.path.write_text("".join(k + "\n" for k in keep))
         elif resume_from is None:
             self.path.write_text("")
@@ -53,6 +53,13 @@ class RunLog:
             self.tb.close()
         if self.wandb:
             self.wandb.finish()
+
+
+def _covered(record: dict, checkpoint_iteration: int) -> bool:
+    """Whether a metrics line describes training the checkpoint already contains: iterations before it,
+    and evaluations of parameters at or before it."""
+    it = record.get("iteration", -1)
+    return it < checkpoint_iteration or ("eval" in record and "reward_mean" not in record and it <= checkpoint_iteration)
 
 
 def _flatten(d: dict, prefix: str = ""):

@@ -27,7 +27,7 @@ from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint
 from seeupo.train.config import Config, save_config
-from seeupo.train.learner import LossSpec, score
+from seeupo.train.learner import LossSpec, score, swapped
 from seeupo.train.runlog import RunLog, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 from seeupo.train.warmup import warmup
@@ -66,8 +66,9 @@ def episode_stats(episodes: list[Episode], threshold: float) -> dict:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, *, resume: bool = False, console=None):
-        self.cfg, self.console, self.resume = cfg, console, resume
+    def __init__(self, cfg: Config, *, resume: bool = False, console=None, bar=None):
+        """``bar``: a rich ``Progress`` for the long stages (warm-up, evaluation), or None."""
+        self.cfg, self.console, self.resume, self.bar = cfg, console, resume, bar
         self.out = Path(cfg.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.algo = get_algorithm(cfg.algo.name)
@@ -78,6 +79,8 @@ class Trainer:
         if cfg.model.lora:
             model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
         self.model = model
+        # KL reference: the trainable tensors at the start of RL (after the warm-up), swapped in to score
+        self.reference_state: dict[str, torch.Tensor] | None = None
         self.value_head = None
         if self.algo.estimator == "gae":
             self.value_head = ValueHead(model.config.hidden_size)
@@ -102,6 +105,13 @@ class Trainer:
         w = self.cfg.warmup.enabled
         return w == "on" or (w == "auto" and self.cfg.model.name == DEFAULT_MODEL)
 
+    def _stage(self, description: str, total: int):
+        """A progress callback ``(done, total)`` for a long stage, and a function that closes it."""
+        if self.bar is None:
+            return None, lambda: None
+        task = self.bar.add_task(description, total=total)
+        return (lambda done, tot=None: self.bar.update(task, completed=done)), (lambda: self.bar.remove_task(task))
+
     def evaluate(self, *, policy=None, tag: str = "eval") -> EvalResult:
         cfg = self.cfg
         tasks = self.family.tasks(cfg.eval.split)[: cfg.eval.tasks]
@@ -110,10 +120,12 @@ class Trainer:
             policy = self.sampler
             old_t = self.sampler.temperature
             self.sampler.temperature = cfg.eval.temperature or cfg.rollout.temperature
+        tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(jobs))
         try:
             with torch.no_grad():
-                episodes = run_episodes(policy, self.chat, self.family, jobs, self.limits)
+                episodes = run_episodes(policy, self.chat, self.family, jobs, self.limits, on_progress=tick)
         finally:
+            close()
             if policy is self.sampler:
                 self.sampler.temperature = old_t
         success = torch.tensor([e.score >= cfg.eval.threshold for e in episodes], dtype=torch.float32)
@@ -131,6 +143,12 @@ class Trainer:
         with torch.no_grad():
             return run_episodes(self.sampler, self.chat, self.family, jobs, self.limits)
 
+    def _reference_logp(self, rows):
+        with swapped(self.named_params, self.reference_state):
+            logp, _ = score(self.model, rows, temperature=self.cfg.rollout.temperature,
+                            budget_tokens=self.cfg.optim.micro_batch_tokens)
+        return logp
+
     def _loss_spec(self) -> LossSpec:
         a = self.cfg.algo
         return LossSpec(self.algo.loss, clip_eps=a.clip_eps, clip_eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
@@ -147,7 +165,8 @@ class Trainer:
         pad = self.tokenizer.pad_token_id
         ctx = UpdateContext(self.model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
                             cfg.optim.grad_clip, cfg.algo.epochs or algo.epochs, cfg.algo.minibatches,
-                            torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head)
+                            torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head,
+                            self._reference_logp)
         self.model.train()
         per_turn: dict = {}
         if algo.estimator == "gae":
@@ -201,7 +220,8 @@ class Trainer:
     def _save(self, iteration: int) -> None:
         self.state["wall_seconds"] = self._wall()
         checkpoint.save(self.out, iteration=iteration, named_params=self.named_params, optimizer=self.optimizer,
-                        state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+                        state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
+                        reference=self.reference_state)
 
     def run(self, progress=None) -> dict:
         cfg = self.cfg
@@ -213,6 +233,8 @@ class Trainer:
             if ck is None:
                 raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
             self.state = checkpoint.load(ck, self.named_params, self.optimizer)
+            if cfg.algo.kl_coef > 0:
+                self.reference_state = checkpoint.load_reference(ck) or checkpoint.trainable_state(self.named_params)
             start = self.state["iteration"]
             self._wall_prior = self.state.get("wall_seconds", 0.0)
             if start >= cfg.run.iterations:
@@ -225,9 +247,18 @@ class Trainer:
             if not self.resume:
                 if self.warmup_enabled():
                     self._say(f"format warm-up: {cfg.warmup.episodes} demonstration episodes")
-                    self.state["warmup"] = warmup(self.model, self.params, self.chat, self.family, self.limits,
-                                                  cfg.warmup, seed=cfg.run.seed,
-                                                  budget_tokens=cfg.optim.micro_batch_tokens)
+                    steps = cfg.warmup.epochs * -(-cfg.warmup.episodes // cfg.warmup.batch_episodes)
+                    tick, close = self._stage("warm-up (supervised steps)", steps)
+                    done = iter(range(1, steps + 1))
+                    try:
+                        self.state["warmup"] = warmup(
+                            self.model, self.params, self.chat, self.family, self.limits, cfg.warmup,
+                            seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens,
+                            progress=(lambda loss: tick(next(done))) if tick else None)
+                    finally:
+                        close()
+                if cfg.algo.kl_coef > 0:
+                    self.reference_state = checkpoint.trainable_state(self.named_params)
                 ev = self.evaluate()
                 self.state["eval_before"] = ev.as_dict()
                 log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})

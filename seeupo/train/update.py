@@ -32,6 +32,7 @@ class UpdateContext:
     minibatches: int
     generator: torch.Generator  # minibatch shuffles and random orders, seeded per iteration
     value_head: torch.nn.Module | None = None
+    reference_logp: object = None  # rows -> [R, L] log-probs under the KL reference policy
 
 
 def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
@@ -70,9 +71,9 @@ def _mean(ms: list[dict]) -> dict:
 def _reference(ctx: UpdateContext, rows: Rows) -> torch.Tensor | None:
     if ctx.spec.kl_coef <= 0:
         return None
-    ref, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens,
-                   reference=True)
-    return ref
+    if ctx.reference_logp is None:
+        raise ValueError("kl_coef > 0 needs a reference policy (UpdateContext.reference_logp)")
+    return ctx.reference_logp(rows)
 
 
 def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=None, old_values=None) -> dict:

@@ -61,3 +61,27 @@ def test_cli_train_tiny_writes_summary(tmp_path):
     assert (tmp_path / "tensorboard").exists() is False  # loggers=[jsonl]
     bad = CliRunner().invoke(app, ["train", "--preset", "tiny", "algo.nmae=x"])
     assert bad.exit_code == 2 and "Extra inputs" in bad.output
+
+
+def test_resume_uses_the_new_learning_rate(tmp_path):
+    cfg = load_config("tiny", [*SMALL, "run.iterations=1", f"run.out={tmp_path}", "optim.lr=1e-3"])
+    Trainer(cfg).run()
+    cont = load_config(str(tmp_path / "config.yaml"), ["run.iterations=2", "optim.lr=1e-5"])
+    tr = Trainer(cont, resume=True)
+    tr.run()
+    assert all(g["lr"] == 1e-5 for g in tr.optimizer.param_groups)
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_kl_reference_is_the_policy_after_warmup(tmp_path, lora):
+    overrides = [*SMALL, "run.iterations=1", f"run.out={tmp_path}", "algo.kl_coef=0.1",
+                 f"model.lora={str(lora).lower()}", "algo.name=grpo", "algo.epochs=1", "algo.kl_estimator=k2"]
+    tr = Trainer(load_config("tiny", overrides))
+    before_warmup = {n: p.detach().clone() for n, p in tr.named_params}
+    tr.run()
+    lines = map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+    train = [r for r in lines if "reward_mean" in r]
+    assert train[0]["kl"] == 0.0  # RL starts at the reference
+    ref = tr.reference_state
+    assert any(not torch.equal(ref[n], before_warmup[n]) for n in ref)  # the warm-up is in the reference
+    assert (tmp_path / "checkpoints" / "iter-000001" / "reference.safetensors").exists()
