@@ -81,6 +81,7 @@ class OptimConfig(Strict):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     grad_clip: Optional[float] = Field(1.0, gt=0, description="max gradient norm (None: off)")
     micro_batch_tokens: int = Field(4096, ge=64, description="padded tokens per forward pass")
+    train_embeddings: bool = Field(True, description="False: token embeddings stay fixed during RL (full fine-tuning)")
 
 
 class WarmupConfig(Strict):

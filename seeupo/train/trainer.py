@@ -65,6 +65,24 @@ def episode_stats(episodes: list[Episode], threshold: float) -> dict:
     return m
 
 
+def _groups_with_signal(rewards: torch.Tensor, groups: torch.Tensor) -> float:
+    """Share of groups whose episodes do not all have the same reward (only those carry a GRAE signal)."""
+    ids = groups.unique()
+    return sum(bool(rewards[groups == g].std() > 0) if (groups == g).sum() > 1 else False for g in ids) / max(len(ids), 1)
+
+
+def health_warnings(record: dict) -> list[str]:
+    """Early signs of collapse (USERS.md #3), printed as they happen and kept in metrics.jsonl."""
+    out = []
+    if record.get("entropy", 1.0) < 0.02:
+        out.append(f"entropy {record['entropy']:.4f}: the policy is close to deterministic")
+    if record.get("tool/error_rate", 0.0) > 0.5:
+        out.append(f"tool-call error rate {record['tool/error_rate']:.2f}: the call format is breaking down")
+    if record.get("groups_with_signal", 1.0) == 0.0:
+        out.append("no group has reward variance: this iteration carried no learning signal")
+    return out
+
+
 class Trainer:
     def __init__(self, cfg: Config, *, resume: bool = False, console=None, bar=None):
         """``bar``: a rich ``Progress`` for the long stages (warm-up, evaluation), or None."""
@@ -209,6 +227,7 @@ class Trainer:
             d["reward"] = sum(e.step_rewards[t] for e in eps_t if len(e.step_rewards) > t) / max(len(eps_t), 1)
         record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
                   "advantage_abs_mean": float(adv_E.abs().mean()),
+                  "groups_with_signal": _groups_with_signal(rewards, groups),
                   "turn": {str(t): d for t, d in sorted(per_turn.items())},
                   "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll}
         return record
@@ -264,8 +283,16 @@ class Trainer:
                 log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
                 self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks")
                 self._save(0)
+            if not cfg.optim.train_embeddings:
+                # Adam moves every vocabulary row by about lr per step (each gets a tiny softmax gradient,
+                # normalised to unit size): with full fine-tuning that is noise on all embeddings.
+                self.model.get_input_embeddings().weight.requires_grad_(False)
+                self.model.get_output_embeddings().weight.requires_grad_(False)
             for it in range(start, cfg.run.iterations):
                 record = self.iteration(it)
+                record["warnings"] = health_warnings(record)
+                for w in record["warnings"]:
+                    self._say(f"[yellow]iteration {it}: {w}[/]")
                 log.log(record)
                 if progress:
                     progress(it + 1, record)

@@ -45,3 +45,15 @@ def test_env_options_are_validated_by_the_env():
         make_family("lookup", {"hopz": 1})
     with pytest.raises(ValueError, match="valid names: lookup"):
         make_family("appworld-typo")
+
+
+def test_health_warnings_flag_collapse_signals():
+    import torch
+
+    from seeupo.train.trainer import _groups_with_signal, health_warnings
+
+    assert health_warnings({"entropy": 0.5, "tool/error_rate": 0.1, "groups_with_signal": 0.5}) == []
+    w = health_warnings({"entropy": 0.001, "tool/error_rate": 0.9, "groups_with_signal": 0.0})
+    assert len(w) == 3 and "deterministic" in w[0] and "format" in w[1] and "no group" in w[2]
+    r, g = torch.tensor([1.0, 1.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    assert _groups_with_signal(r, g) == 0.5
