@@ -31,7 +31,7 @@ class ModelConfig(Strict):
 
 
 class EnvConfig(Strict):
-    name: str = Field("lookup", description="environment name (see `seeupo envs`)")
+    name: str = Field("lookup", description="environment name (built in: lookup)")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options, validated by the environment")
 
 
