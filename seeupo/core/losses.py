@@ -198,9 +198,6 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {
     "clip_sequence": clip_sequence,
 }
 
-# Sequence-level losses: one ratio per row. Token-level: one ratio per token.
-SEQUENCE_LEVEL = {"clip_sequence"}
-
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The policy loss called ``name``; see ``POLICY_LOSSES``."""

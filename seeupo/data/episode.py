@@ -15,9 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-END_REASONS = ("done", "max_turns", "context", "error")
-
-
 def derive_seed(*parts) -> int:
     """A stable 63-bit seed from any parts (run seed, iteration, task, sample...)."""
     h = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()

@@ -8,7 +8,7 @@ split into micro-batches (tested).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -95,11 +95,6 @@ class LossSpec:
     vf_coef: float = 0.5
     temperature: float = 1.0
     agg: str | None = None
-
-
-@dataclass
-class StepMetrics:
-    values: dict = field(default_factory=dict)
 
 
 def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
