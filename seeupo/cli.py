@@ -81,6 +81,17 @@ def _build_config(preset, overrides, *, algo=None, model=None, env=None, out=Non
         raise typer.Exit(2)
 
 
+def _trainer(cfg, **kw):
+    from seeupo.envs.base import EnvUnavailable
+    from seeupo.train.trainer import Trainer
+
+    try:
+        return Trainer(cfg, console=console, **kw)
+    except EnvUnavailable as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2)
+
+
 @app.command(context_settings={"allow_extra_args": False})
 def train(
     overrides: Optional[list[str]] = typer.Argument(None, help="config overrides, e.g. algo.name=grpo rollout.group_size=8"),
@@ -94,7 +105,6 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
 ) -> None:
     """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after."""
-    from seeupo.train.trainer import Trainer
 
     cfg = _build_config(preset, overrides, algo=algo, model=model, env=env, out=out, steps=steps, seed=seed,
                         resume=resume)
@@ -102,7 +112,7 @@ def train(
                   f"{cfg.run.iterations} iterations of {cfg.rollout.tasks_per_iteration}x{cfg.rollout.group_size} "
                   f"episodes | out {cfg.run.out}")
     with _progress() as bar:
-        trainer = Trainer(cfg, resume=resume, console=console, bar=bar)
+        trainer = _trainer(cfg, resume=resume, bar=bar)
         task = bar.add_task("RL", total=cfg.run.iterations)
 
         def on_iteration(done, record):
@@ -126,17 +136,18 @@ def evaluate(
     split: str = typer.Option("test", "--split", help="task split"),
     k: int = typer.Option(4, "--k", min=1, help="samples per task"),
     max_tasks: Optional[int] = typer.Option(None, "--max-tasks", min=1, help="evaluate the first N tasks"),
-    policy: str = typer.Option("model", "--policy", help="model | oracle (scripted reference answers)"),
+    policy: str = typer.Option("model", "--policy",
+                               help="model | oracle (scripted reference answers) | empty (replies with nothing)"),
     out: Optional[str] = typer.Option(None, "--out", help="write DIR/eval.json"),
 ) -> None:
     """avg@k and pass@k of a model, a checkpoint or the oracle on a task split."""
     import json as _json
 
     from seeupo.train import checkpoint as ckpt
-    from seeupo.train.trainer import Trainer, oracle_policy
+    from seeupo.train.trainer import SCRIPTED_POLICIES
 
-    if policy not in ("model", "oracle"):
-        raise typer.BadParameter("--policy must be model or oracle")
+    if policy != "model" and policy not in SCRIPTED_POLICIES:
+        raise typer.BadParameter(f"--policy must be one of: model, {', '.join(SCRIPTED_POLICIES)}")
     if checkpoint_dir:
         preset = str(Path(checkpoint_dir) / "config.yaml")
     cfg = _build_config(preset, [*(overrides or []), f"eval.split={split}", f"eval.k={k}", "warmup.enabled=off",
@@ -144,7 +155,11 @@ def evaluate(
                         model=model, env=env)
     bar = _progress()
     bar.start()
-    trainer = Trainer(cfg, console=console, bar=bar)
+    try:
+        trainer = _trainer(cfg, bar=bar)
+    except typer.Exit:
+        bar.stop()
+        raise
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
         if path is None:
@@ -152,19 +167,74 @@ def evaluate(
             raise typer.Exit(2)
         ckpt.load(path, trainer.named_params, None)
         console.print(f"loaded {path}")
-    pol = oracle_policy(trainer.chat) if policy == "oracle" else None
+    pol = SCRIPTED_POLICIES[policy](trainer.chat) if policy != "model" else None
     start = time.perf_counter()
     try:
-        res = trainer.evaluate(policy=pol, tag="eval-cli")
+        res = trainer.evaluate(policy=pol, tag="eval-cli", detailed=True)
     finally:
         bar.stop()
     data = {**res.as_dict(), "split": split, "env": cfg.env.name, "policy": policy,
             "model": cfg.model.name, "seconds": time.perf_counter() - start}
-    console.print(f"{cfg.env.name}/{split}: avg@{k} {res.avg:.3f}  pass@{k} {res.passk:.3f}  "
-                  f"({res.tasks} tasks, {data['seconds']:.0f} s)")
+    t = Table(title=f"{cfg.env.name} / {split} / policy {policy}")
+    for col in ("category", "tasks", f"avg@{k}", f"pass@{k}"):
+        t.add_column(col)
+    rows = list(res.by_category.items())
+    if len(rows) > 1:
+        rows.append(("all", {"tasks": res.tasks, "avg@k": res.avg, "pass@k": res.passk}))
+    for name, r in rows:
+        t.add_row(name, str(r["tasks"]), f"{r['avg@k']:.3f}", f"{r['pass@k']:.3f}")
+    console.print(t)
+    st = res.stats
+    console.print(f"avg@{k} {res.avg:.3f}  pass@{k} {res.passk:.3f}  ({res.tasks} tasks x {k}, "
+                  f"{data['seconds']:.0f} s); per episode: {st['episode/turns']:.1f} model calls, tool-call "
+                  f"error rate {st['tool/error_rate']:.2f}, ended by context {st['episode/end_context']:.2f}, "
+                  f"by max_turns {st['episode/end_max_turns']:.2f}")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "eval.json").write_text(_json.dumps(data, indent=1))
+
+
+SETUPS = {
+    # name: (pip arguments, import check, why it is not a plain extra)
+    "bfcl": (["--no-deps", "bfcl-eval=={bfcl}", "mpmath"], "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
+             "bfcl-eval's declared dependencies pin numpy 1.26 and pull ~1.9 GB of API clients; "
+             "its backends need only mpmath"),
+}
+
+
+@app.command("setup")
+def setup(
+    name: str = typer.Argument(..., help=f"what to install: {', '.join(SETUPS)}"),
+) -> None:
+    """Install an optional environment's package into this Python environment (idempotent)."""
+    import importlib
+    import importlib.metadata as md
+    import subprocess
+
+    from seeupo.envs.bfcl import BFCL_VERSION
+
+    if name not in SETUPS:
+        console.print(f"[red]unknown setup {name!r}[/]; available: {', '.join(SETUPS)}")
+        raise typer.Exit(2)
+    args, module, why = SETUPS[name]
+    args = [a.format(bfcl=BFCL_VERSION) for a in args]
+    pins = {a.split("==")[0]: a.split("==")[1] for a in args if "==" in a}
+    try:
+        if all(md.version(p) == v for p, v in pins.items()):
+            importlib.import_module(module)
+            console.print(f"{name}: already installed ({', '.join(f'{p} {v}' for p, v in pins.items())})")
+            return
+    except (md.PackageNotFoundError, ImportError):
+        pass
+    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *args]
+    console.print(f"{name}: {' '.join(cmd[2:])}  ({why})")
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        console.print(f"[red]{name}: pip failed (exit {rc})[/]")
+        raise typer.Exit(rc)
+    importlib.invalidate_caches()
+    importlib.import_module(module)
+    console.print(f"{name}: installed")
 
 
 def main() -> None:

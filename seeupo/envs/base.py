@@ -22,6 +22,10 @@ from seeupo.core.registry import pick
 Message = dict  # {"role": ..., "content": ...}
 
 
+class EnvUnavailable(RuntimeError):
+    """An environment's package or data is missing; the message says how to install it."""
+
+
 @dataclass(frozen=True)
 class Task:
     id: str

@@ -31,7 +31,7 @@ class ModelConfig(Strict):
 
 
 class EnvConfig(Strict):
-    name: str = Field("lookup", description="environment name (built in: lookup)")
+    name: str = Field("lookup", description="environment name (built in: lookup, bfcl)")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options, validated by the environment")
 
 
@@ -155,18 +155,32 @@ def load_config(preset: str | None = "default", overrides: list[str] | None = No
     """Preset (a name in ``seeupo/configs`` or a YAML path), then ``extra`` (a nested dict), then
     ``key=value`` overrides (values parsed as YAML)."""
     tree = _preset_tree(preset) if preset else {}
-    for key, value in _flatten(extra or {}):
-        _set_dotted(tree, key, value)
+    pairs = list(_flatten(extra or {}))
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value, e.g. algo.name=grpo")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        pairs.append((key.strip(), yaml.safe_load(raw)))
+    env = dict(pairs).get("env.name")
+    if env is not None and env != tree.get("env", {}).get("name", EnvConfig().name):
+        _apply_env_overlay(tree, str(env))
+    for key, value in pairs:
+        _set_dotted(tree, key, value)
     try:
         return Config(**tree)
     except ValidationError as e:
         lines = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _apply_env_overlay(tree: dict, env: str) -> None:
+    """Switching environment: drop the preset's environment options (they belong to its
+    environment) and apply ``configs/envs/NAME.yaml`` if there is one (limits suited to it)."""
+    tree.setdefault("env", {})["options"] = {}
+    path = PRESET_DIR / "envs" / f"{env}.yaml"
+    if path.exists():
+        for key, value in _flatten(yaml.safe_load(path.read_text()) or {}):
+            _set_dotted(tree, key, value)
 
 
 def _preset_tree(preset: str, seen: tuple = ()) -> dict:

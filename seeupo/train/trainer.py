@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,10 +40,17 @@ class EvalResult:
     k: int
     tasks: int
     reward_mean: float
+    by_category: dict = field(default_factory=dict)  # category -> {"avg@k", "pass@k", "tasks"}
+    stats: dict = field(default_factory=dict)  # episode_stats of the evaluation episodes
 
     def as_dict(self) -> dict:
-        return {"avg@k": self.avg, "pass@k": self.passk, "k": self.k, "tasks": self.tasks,
-                "reward_mean": self.reward_mean}
+        out = {"avg@k": self.avg, "pass@k": self.passk, "k": self.k, "tasks": self.tasks,
+               "reward_mean": self.reward_mean}
+        if len(self.by_category) > 1 or self.stats:
+            out["by_category"] = self.by_category
+        if self.stats:
+            out["episodes"] = self.stats
+        return out
 
 
 def episode_stats(episodes: list[Episode], threshold: float) -> dict:
@@ -130,7 +137,9 @@ class Trainer:
         task = self.bar.add_task(description, total=total)
         return (lambda done, tot=None: self.bar.update(task, completed=done)), (lambda: self.bar.remove_task(task))
 
-    def evaluate(self, *, policy=None, tag: str = "eval") -> EvalResult:
+    def evaluate(self, *, policy=None, tag: str = "eval", detailed: bool = False) -> EvalResult:
+        """avg@k and pass@k on the held-out split (per category too); ``detailed`` adds the
+        episode statistics (tool errors, end reasons) of the evaluation episodes."""
         cfg = self.cfg
         tasks = self.family.tasks(cfg.eval.split)[: cfg.eval.tasks]
         jobs = [(t, i, s, derive_seed(cfg.run.seed, tag, t.id, s)) for i, t in enumerate(tasks) for s in range(cfg.eval.k)]
@@ -148,8 +157,14 @@ class Trainer:
                 self.sampler.temperature = old_t
         success = torch.tensor([e.score >= cfg.eval.threshold for e in episodes], dtype=torch.float32)
         success = success.view(len(tasks), cfg.eval.k)
+        categories: dict[str, list[int]] = {}
+        for i, t in enumerate(tasks):
+            categories.setdefault(str(t.data.get("category", cfg.env.name)), []).append(i)
+        by_category = {c: {"avg@k": avg_at_k(success[idx]), "pass@k": pass_at_k(success[idx]), "tasks": len(idx)}
+                       for c, idx in categories.items()}
         return EvalResult(avg_at_k(success), pass_at_k(success), cfg.eval.k, len(tasks),
-                          sum(e.reward for e in episodes) / max(len(episodes), 1))
+                          sum(e.reward for e in episodes) / max(len(episodes), 1), by_category,
+                          episode_stats(episodes, cfg.eval.threshold) if detailed else {})
 
     def _episodes(self, iteration: int) -> list[Episode]:
         cfg = self.cfg
@@ -322,4 +337,13 @@ class Trainer:
 
 
 def oracle_policy(chat: Chat) -> ScriptedPolicy:
+    """The environment's reference answers (``env.oracle_action()``), for validating adapters."""
     return ScriptedPolicy(lambda env, rng: env.oracle_action(), chat.encode, chat.eos_id)
+
+
+def empty_policy(chat: Chat) -> ScriptedPolicy:
+    """Replies with nothing: the floor every environment's checker must score 0."""
+    return ScriptedPolicy(lambda env, rng: "", chat.encode, chat.eos_id)
+
+
+SCRIPTED_POLICIES = {"oracle": oracle_policy, "empty": empty_policy}

@@ -43,7 +43,7 @@ def test_env_options_are_validated_by_the_env():
         make_family("lookup", {"hops_min": 3, "hops_max": 1})
     with pytest.raises(Exception, match="extra"):
         make_family("lookup", {"hopz": 1})
-    with pytest.raises(ValueError, match="valid names: lookup"):
+    with pytest.raises(ValueError, match="valid names: .*lookup"):
         make_family("appworld-typo")
 
 
