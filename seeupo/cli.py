@@ -199,6 +199,8 @@ SETUPS = {
     "bfcl": (["--no-deps", "bfcl-eval=={bfcl}", "mpmath"], "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
              "bfcl-eval's declared dependencies pin numpy 1.26 and pull ~1.9 GB of API clients; "
              "its backends need only mpmath"),
+    "textworld": (["textworld=={textworld}"], "textworld.generator",
+                  "the same as `pip install 'seeupo[textworld]'`, offered for symmetry"),
 }
 
 
@@ -212,12 +214,13 @@ def setup(
     import subprocess
 
     from seeupo.envs.bfcl import BFCL_VERSION
+    from seeupo.envs.textworld import TEXTWORLD_VERSION
 
     if name not in SETUPS:
         console.print(f"[red]unknown setup {name!r}[/]; available: {', '.join(SETUPS)}")
         raise typer.Exit(2)
     args, module, why = SETUPS[name]
-    args = [a.format(bfcl=BFCL_VERSION) for a in args]
+    args = [a.format(bfcl=BFCL_VERSION, textworld=TEXTWORLD_VERSION) for a in args]
     pins = {a.split("==")[0]: a.split("==")[1] for a in args if "==" in a}
     try:
         if all(md.version(p) == v for p, v in pins.items()):

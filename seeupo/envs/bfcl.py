@@ -181,7 +181,7 @@ def system_prompt(docs: list[dict], doc_format: str) -> str:
 
 # ----------------------------------------------------------------------------- the environment
 class BfclOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_default=True)
     category: Union[str, list[str]] = Field("multi_turn_base", description="a category, a list, or 'all' (the four)")
     doc_format: Literal["compact", "json"] = Field(
         "compact", description="function docs: one line per function (1.5-3.2k-token prompts) or BFCL's JSON (4.2-9.3k)")

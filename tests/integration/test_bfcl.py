@@ -114,6 +114,7 @@ def test_switching_env_applies_its_overlay_and_drops_the_old_options():
     cfg = load_config("default", ["env.name=bfcl"])
     assert cfg.env.options == {"category": "multi_turn_base", "doc_format": "compact"}
     assert cfg.rollout.max_context == 8192 and cfg.rollout.max_turns == 20
+    assert [t.id for t in make_family("bfcl").tasks("test")][:2] == ["multi_turn_base_100", "multi_turn_base_101"]
     same = load_config("default", ["env.name=lookup"])
     assert same.env.options == load_config("default").env.options
 

@@ -1,0 +1,172 @@
+"""``textworld``: text adventure games generated locally by TextWorld (``seeupo setup textworld``).
+
+Each task is a game generated from a seed (rooms, objects and quest length are options) and
+compiled once into the seeupo cache. The model reads the objective and the room, and replies with
+one command per message; the reward is the game's score normalised to [0, 1] (the change in score
+after each command, so an episode's rewards sum to its final normalised score). With
+``admissible: true`` every observation lists the commands the game accepts there.
+
+A command the game does not accept in that state (not among its admissible commands) is answered
+by the game as usual and counted in ``info["tool_error"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from seeupo.envs.base import Env, EnvFamily, EnvUnavailable, Message, StepResult, Task, register
+
+TEXTWORLD_VERSION = "1.7.0"
+SETUP_HINT = "the textworld environment needs the package textworld: run `seeupo setup textworld`"
+
+INSTRUCTIONS = ("You are playing a text adventure game. Reach the goal described below. Reply with exactly "
+                "one command per message, like: go north / open box / take key / put key on table.")
+
+
+def require_textworld():
+    try:
+        import textworld
+        import textworld.generator  # noqa: F401
+    except ImportError as e:
+        raise EnvUnavailable(f"{SETUP_HINT} (import failed: {e})") from None
+    return textworld
+
+
+class TextWorldOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rooms: int = Field(3, ge=1, le=20, description="rooms per game")
+    objects: int = Field(5, ge=0, le=40, description="objects per game")
+    quest_length: int = Field(3, ge=1, le=20, description="commands the shortest winning walkthrough needs")
+    max_steps: int = Field(12, ge=1, description="most commands per episode")
+    admissible: bool = Field(True, description="list the admissible commands in every observation")
+    train_tasks: int = Field(64, ge=1, description="games in the train split")
+    test_tasks: int = Field(16, ge=1, description="games in the held-out test split")
+    seed: int = Field(0, description="seed of the game sets")
+
+
+def game_seed(opts: TextWorldOptions, split: str, index: int) -> int:
+    h = hashlib.sha256(f"textworld|{opts.seed}|{split}|{index}".encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
+def game_path(opts: TextWorldOptions, seed: int) -> Path:
+    """The compiled game for ``seed``, generated and compiled on first use (atomic, cached)."""
+    from seeupo.models.loading import cache_dir
+
+    tw = require_textworld()
+    folder = cache_dir() / "textworld" / f"v{TEXTWORLD_VERSION}-r{opts.rooms}-o{opts.objects}-q{opts.quest_length}"
+    path = folder / f"game-{seed}.z8"
+    if path.exists() and path.with_suffix(".json").exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    go = tw.GameOptions()
+    go.seeds = seed
+    go.nb_rooms, go.nb_objects, go.quest_length = opts.rooms, opts.objects, opts.quest_length
+    go.file_ext = ".z8"
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        go.path = str(Path(tmp) / path.name)
+        compiled = Path(tw.generator.compile_game(tw.generator.make_game(go), go))
+        os.replace(compiled.with_suffix(".json"), path.with_suffix(".json"))
+        os.replace(compiled, path)  # the .z8 last: its presence means the pair is complete
+    return path
+
+
+def parse_command(text: str) -> str:
+    """The first non-empty line, without quotes, a trailing period or a leading '>'."""
+    for line in text.splitlines():
+        line = line.strip().strip("`'\"").strip()
+        line = re.sub(r"^>\s*", "", line).rstrip(".!").strip().lower()
+        if line:
+            return line[:80]
+    return ""
+
+
+class TextWorldEnv(Env):
+    def __init__(self, task: Task, opts: TextWorldOptions, seed: int):
+        tw = require_textworld()
+        self.task, self.opts = task, opts
+        self.max_turns = opts.max_steps
+        infos = tw.EnvInfos(admissible_commands=True, policy_commands=True, max_score=True, score=True,
+                            won=True, lost=True, objective=True, description=True)
+        self.game = tw.start(str(game_path(opts, task.data["game_seed"])), request_infos=infos)
+        self.state = None
+        self.last_score = 0
+        self.closed = False
+
+    def _listing(self) -> str:
+        if not self.opts.admissible:
+            return ""
+        cmds = sorted(c for c in self.state.admissible_commands if c not in ("inventory", "look"))
+        return "\nCommands you can use: " + ", ".join(cmds) + "."
+
+    def reset(self) -> list[Message]:
+        self.state = self.game.reset()
+        self.last_score = 0
+        text = (f"{INSTRUCTIONS}\n\nGoal: {self.state.objective.strip()}\n\n{self.state.description.strip()}"
+                f"{self._listing()}")
+        return [{"role": "user", "content": text}]
+
+    def step(self, assistant_text: str) -> StepResult:
+        cmd = parse_command(assistant_text)
+        if not cmd:
+            return StepResult([{"role": "user", "content": "Write one command, e.g. look."}], 0.0, False,
+                              {"tool_error": 1, "error": "empty"})
+        valid = cmd in {c.lower() for c in self.state.admissible_commands}  # the parser is case-blind
+        self.state, _, done = self.game.step(cmd)
+        max_score = max(self.state.max_score or 1, 1)
+        reward = (self.state.score - self.last_score) / max_score
+        self.last_score = self.state.score
+        done = bool(done or self.state.won or self.state.lost)
+        feedback = re.split(r"\n\s*>", self.state.feedback)[0].strip()  # drop the prompt and status line
+        obs = [] if done else [{"role": "user", "content": f"{feedback}{self._listing()}"}]
+        return StepResult(obs, reward, done, {"tool_error": int(not valid)})
+
+    def score(self) -> float:
+        try:
+            return self.state.score / max(self.state.max_score or 1, 1) if self.state is not None else 0.0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.game.close()
+
+    def oracle_action(self) -> str:
+        """The next command of TextWorld's own winning policy from the current state."""
+        cmds = self.state.policy_commands or ["look"]
+        return cmds[0]
+
+    def demo_action(self, rng: random.Random) -> str:
+        """A random admissible command (format-correct, goal-blind)."""
+        return rng.choice(sorted(self.state.admissible_commands))
+
+
+@register("textworld")
+class TextWorldFamily(EnvFamily):
+    name = "textworld"
+
+    def __init__(self, **options):
+        self.opts = TextWorldOptions(**options)
+        require_textworld()
+        self._tasks: dict[str, list[Task]] = {}
+
+    def tasks(self, split: str) -> list[Task]:
+        sizes = {"train": self.opts.train_tasks, "test": self.opts.test_tasks}
+        if split not in sizes:
+            raise ValueError(f"unknown split {split!r}; valid: train, test")
+        if split not in self._tasks:
+            self._tasks[split] = [Task(id=f"textworld-{split}-{i}", split=split,
+                                       data={"game_seed": game_seed(self.opts, split, i)})
+                                  for i in range(sizes[split])]
+        return self._tasks[split]
+
+    def make(self, task: Task, *, seed: int) -> TextWorldEnv:
+        return TextWorldEnv(task, self.opts, seed)
