@@ -210,7 +210,6 @@ class BfclEnv(Env):
         self.B = require_bfcl()
         self.task, self.opts = task, opts
         self.entry, self.gt = task.data["entry"], task.data["ground_truth"]
-        self.rng = random.Random(seed)
         # distinct per episode (and process): BFCL keys its cached backend instances by this name
         self.key = f"seeupo_{os.getpid()}_{next(_keys)}_{seed % 10**8}"
         self.long_context = "long_context" in task.data["category"]
@@ -225,7 +224,7 @@ class BfclEnv(Env):
         self.force_quit = False
         self.finished = False
         self.counts = {"calls": 0, "malformed": 0, "exec_errors": 0}
-        self.oracle_state = (0, False)  # (question, calls sent)
+        self._oracle_sent = -1  # the last question whose reference calls the oracle sent
 
     # -- protocol
     def reset(self) -> list[Message]:
@@ -308,14 +307,10 @@ class BfclEnv(Env):
     # -- scripted policies
     def oracle_action(self) -> str:
         """The reference calls of the current question in one step, then a plain-text reply."""
-        q, sent = self.oracle_state
-        if q != self.q:
-            q, sent = self.q, False
         calls = self.gt[self.q] if self.q < len(self.gt) else []
-        if calls and not sent:
-            self.oracle_state = (q, True)
+        if calls and self._oracle_sent != self.q:
+            self._oracle_sent = self.q
             return "[" + ", ".join(calls) + "]"
-        self.oracle_state = (q, sent)
         return "Done."
 
     def demo_action(self, rng: random.Random) -> str:
