@@ -68,6 +68,7 @@ class Rows:
     old_logp: torch.Tensor  # [R, L] sampling log-probs
     episode: torch.Tensor  # [R] index of the episode in the batch
     turn: torch.Tensor  # [R] turn index (-1 for trajectory rows)
+    token_turn: torch.Tensor | None = None  # [R, L] turn of each sampled token, -1 elsewhere
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -75,34 +76,38 @@ class Rows:
     def select(self, idx) -> "Rows":
         idx = torch.as_tensor(idx, dtype=torch.long)
         sub = Rows(*(getattr(self, f)[idx] for f in ("input_ids", "attention_mask", "loss_mask",
-                                                     "old_logp", "episode", "turn")))
+                                                     "old_logp", "episode", "turn")),
+                   token_turn=None if self.token_turn is None else self.token_turn[idx])
         width = int(sub.attention_mask.sum(-1).max()) if len(sub) else 0
         return sub.trim(width)
 
     def trim(self, width: int) -> "Rows":
         return Rows(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, :width],
-                    self.old_logp[:, :width], self.episode, self.turn)
+                    self.old_logp[:, :width], self.episode, self.turn,
+                    None if self.token_turn is None else self.token_turn[:, :width])
 
 
-def _pad(rows: list[tuple[list[int], list[int], list[float], int, int]], pad_id: int) -> Rows:
+def _pad(rows: list[tuple[list[int], list[int], list[float], int, int, list[int]]], pad_id: int) -> Rows:
     width = max((len(r[0]) for r in rows), default=0)
     n = len(rows)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     att = torch.zeros(n, width, dtype=torch.long)
     lm = torch.zeros(n, width, dtype=torch.long)
     lp = torch.zeros(n, width, dtype=torch.float32)
-    for i, (r_ids, r_mask, r_logp, _, _) in enumerate(rows):
+    tt = torch.full((n, width), -1, dtype=torch.long)
+    for i, (r_ids, r_mask, r_logp, _, _, r_turn) in enumerate(rows):
         k = len(r_ids)
         ids[i, :k] = torch.tensor(r_ids)
         att[i, :k] = 1
         lm[i, :k] = torch.tensor(r_mask)
         lp[i, :k] = torch.tensor(r_logp)
+        tt[i, :k] = torch.tensor(r_turn)
     return Rows(ids, att, lm, lp, torch.tensor([r[3] for r in rows], dtype=torch.long),
-                torch.tensor([r[4] for r in rows], dtype=torch.long))
+                torch.tensor([r[4] for r in rows], dtype=torch.long), tt)
 
 
 def trajectory_rows(episodes: list[Episode], pad_id: int) -> Rows:
-    return _pad([(e.ids, e.gen_mask, e.logp, i, -1) for i, e in enumerate(episodes)], pad_id)
+    return _pad([(e.ids, e.gen_mask, e.logp, i, -1, e.turn_of) for i, e in enumerate(episodes)], pad_id)
 
 
 def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: str = "from_start") -> Rows:
@@ -115,5 +120,5 @@ def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: st
             if turns is not None and label not in turns:
                 continue
             mask = [int(m and k == t) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
-            out.append((e.ids[:end], mask, e.logp[:end], i, label))
+            out.append((e.ids[:end], mask, e.logp[:end], i, label, e.turn_of[:end]))
     return _pad(out, pad_id)

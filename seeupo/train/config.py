@@ -58,6 +58,7 @@ class AlgoConfig(Strict):
     order: Optional[str] = Field(None, description="turn order override: reverse|natural|random|joint|window:W")
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
+    fuse_factor: bool = Field(True, description="SeeUPO: fuse the factor's forward pass into the next turn's (SPEC §6)")
     factor_clip: Optional[tuple[float, float]] = Field(None, description="clamp of each factor and the product")
     advantage_clip: Optional[float] = Field(None, gt=0, description="clamp |advantage| (None: off)")
     turn_alignment: Literal["from_start", "from_end"] = Field("from_start", description="turn indexing for pools")

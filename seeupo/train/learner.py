@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from seeupo.core.losses import get_kl, get_policy_loss, masked_sum
+from seeupo.core.losses import get_kl, get_policy_loss, masked_sum, sequence_log_ratio
+from seeupo.core.schedule import update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import ValueHead, token_logprobs
 
@@ -83,6 +84,11 @@ class StepInputs:
     ref_logp: torch.Tensor | None = None  # [R, L] reference log-probs (KL)
     returns: torch.Tensor | None = None  # [R, L] value targets (PPO)
     old_values: torch.Tensor | None = None  # [R, L] (PPO, for metrics)
+    # SeeUPO's fused factor pass: the rows also hold the previous phase's turn (``factor_mask``); this
+    # step's forward gives that turn's ratio under the current parameters, which multiplies ``factor``
+    # before the loss (clamped like ``core.update_factor`` with ``factor_clip``)
+    factor_mask: torch.Tensor | None = None  # [R, L]
+    factor_clip: tuple[float, float] | None = None
 
 
 @dataclass
@@ -116,13 +122,20 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     sums = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ratio_mean": 0.0,
             "value_loss": 0.0}
     optimizer.zero_grad(set_to_none=True)
+    fused_slr = torch.zeros(len(inp.rows)) if inp.factor_mask is not None else None
     for idx in micro_batches(inp.rows, budget_tokens):
         mb = inp.rows.select(idx)
         w = mb.input_ids.shape[1]
-        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
+        fm = inp.factor_mask[idx, :w] if inp.factor_mask is not None else None
+        scored = mb.loss_mask if fm is None else (mb.loss_mask.bool() | fm.bool()).long()
+        s = token_logprobs(model, mb.input_ids, mb.attention_mask, scored, temperature=spec.temperature,
                            value_head=value_head)
         adv = inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]
         factor = inp.factor[idx] if inp.factor is not None else None
+        if inp.factor_mask is not None:  # fused: the previous turn's ratio from this same forward
+            slr = sequence_log_ratio(s.logp.detach(), mb.old_logp, fm)
+            fused_slr[idx] = slr
+            factor = update_factor(factor, torch.arange(len(idx)), slr, clip=inp.factor_clip)
         pl, m = loss_fn(s.logp, mb.old_logp, adv, mb.loss_mask, clip_eps=spec.clip_eps,
                         clip_eps_high=spec.clip_eps_high, factor_N=factor, agg=spec.agg, denom=denom)
         loss = pl
@@ -148,4 +161,6 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     sums["grad_norm"] = float(grad_norm)
+    if fused_slr is not None:
+        sums["fused_slr"] = fused_slr  # [R] the previous turn's log ratio per row (popped by the driver)
     return sums

@@ -46,10 +46,14 @@ def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
         return x[:, :w] if x.dim() == 2 else x
 
     return StepInputs(rows=rows, adv=cut(inp.adv), factor=cut(inp.factor), ref_logp=cut(inp.ref_logp),
-                      returns=cut(inp.returns), old_values=cut(inp.old_values))
+                      returns=cut(inp.returns), old_values=cut(inp.old_values), factor_mask=cut(inp.factor_mask),
+                      factor_clip=inp.factor_clip)
 
 
-def run_phase(ctx: UpdateContext, inp: StepInputs) -> list[dict]:
+def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dict]:
+    """``epochs`` passes of ``minibatches`` optimizer steps. ``after_first(inp, fused_slr)``, when
+    given, receives the first step's fused log ratios (in row order) and returns the inputs of the
+    later steps."""
     out = []
     n = len(inp.rows)
     for _ in range(ctx.epochs):
@@ -58,6 +62,11 @@ def run_phase(ctx: UpdateContext, inp: StepInputs) -> list[dict]:
             m = optimizer_step(ctx.model, ctx.optimizer, ctx.params, _subset(inp, chunk), ctx.spec,
                                budget_tokens=ctx.budget_tokens, grad_clip=ctx.grad_clip,
                                value_head=ctx.value_head)
+            if after_first is not None:
+                slr = torch.zeros(n)
+                if "fused_slr" in m:
+                    slr[chunk] = m.pop("fused_slr")
+                inp, after_first = after_first(inp, slr), None
             if m:
                 out.append(m)
     return out
@@ -87,45 +96,101 @@ def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=N
     return metrics
 
 
+def _extend(rows: Rows, prev: Rows, turn: int, prev_turn: int) -> tuple[Rows, torch.Tensor]:
+    """The fused rows of a phase: an episode that also has a row in the previous phase uses that
+    longer row (it holds this turn as a prefix), trained on this turn's tokens; the returned mask
+    marks the previous turn's tokens, whose log-probs give the factor in the same forward pass."""
+    where = {int(e): j for j, e in enumerate(prev.episode.tolist())}
+    j = torch.tensor([where.get(int(e), -1) for e in rows.episode.tolist()], dtype=torch.long)
+    has = j >= 0
+    W = max(rows.input_ids.shape[1], prev.input_ids.shape[1])
+
+    def pick(a, b, value):
+        a = torch.nn.functional.pad(a, (0, W - a.shape[1]), value=value)
+        b = torch.nn.functional.pad(b, (0, W - b.shape[1]), value=value)
+        out = a.clone()
+        out[has] = b[j[has]]
+        return out
+
+    token_turn = pick(rows.token_turn, prev.token_turn, -1)
+    fused = Rows(pick(rows.input_ids, prev.input_ids, 0), pick(rows.attention_mask, prev.attention_mask, 0),
+                 (token_turn == turn).long(), pick(rows.old_logp, prev.old_logp, 0.0), rows.episode, rows.turn,
+                 token_turn)
+    return fused, (token_turn == prev_turn).long()
+
+
 def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order: str,
-                      ratio_reference: str = "sampling", factor_clip=None) -> tuple[dict, dict]:
-    """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics)."""
+                      ratio_reference: str = "sampling", factor_clip=None, fuse: bool = True) -> tuple[dict, dict]:
+    """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics).
+
+    ``fuse``: when a phase trains turn ``t - 1`` right after the phase of turn ``t`` (the reverse
+    order), with one optimizer step per pass and the sampling ratio reference, the factor's forward
+    pass for turn ``t`` is fused into the first step of the next phase (SPEC §6): that phase's rows
+    run to the end of turn ``t``, so one forward gives both turn ``t``'s ratio under the updated
+    parameters and the log-probs to train turn ``t - 1`` on. Otherwise a separate scoring pass."""
     E = adv_E.shape[0]
     factor = torch.ones(E, dtype=torch.float32)
     turns = sorted(set(pools.turn.tolist()))
     phases = turn_order(turns, order, rng=ctx.generator)
     per_turn: dict = {}
     all_steps: list[dict] = []
+    can_fuse = (fuse and ctx.minibatches == 1 and ratio_reference == "sampling" and pools.token_turn is not None)
+    prev = None  # (rows, turn) of the previous phase, when its factor is still owed
     for k, phase in enumerate(phases):
         idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
-        rows = pools.select(idx)
+        rows = natural = pools.select(idx)
+        fused_mask = None
+        owed = prev[1] if prev is not None else None
+        if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
+            rows, fused_mask = _extend(rows, prev[0], phase[0], prev[1])
+        elif prev is not None:  # cannot fuse: the owed factor by a separate scoring pass
+            _settle(ctx, prev, per_turn, factor_clip, factor)
+        prev = None
         if ratio_reference == "incremental":
             old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens)
             rows = replace(rows, old_logp=old)
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
-        inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=_reference(ctx, rows))
-        steps = run_phase(ctx, inp)
+        inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=_reference(ctx, rows),
+                         factor_mask=fused_mask, factor_clip=factor_clip)
+        after_first = None
+        if fused_mask is not None:
+            def after_first(inp, slr, rows=rows, owed=owed, mask=fused_mask):
+                has = mask.sum(-1) > 0
+                per_turn[owed]["ratio_mean"] = float(slr[has].exp().mean()) if bool(has.any()) else 1.0
+                factor.copy_(update_factor(factor, rows.episode[has], slr[has], clip=factor_clip))
+                return replace(inp, factor=factor[rows.episode], factor_mask=None)
+        f_diag = f_rows if fused_mask is None else None
+        steps = run_phase(ctx, inp, after_first)
         all_steps += steps
         phase_m = _mean(steps)
-        need_factor = k + 1 < len(phases)
-        if need_factor:
-            new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens)
-            slr = sequence_log_ratio(new, rows.old_logp, rows.loss_mask)
         for t in phase:
             sel = rows.turn == t
-            d = {"rows": int(sel.sum()), "adv_x_factor_mean": float((a_rows[sel] * f_rows[sel]).mean()),
-                 "factor_mean": float(f_rows[sel].mean()), "factor_min": float(f_rows[sel].min()),
-                 "factor_max": float(f_rows[sel].max()), "clipfrac": phase_m.get("clipfrac", 0.0),
-                 "kl": phase_m.get("kl", 0.0), "entropy": phase_m.get("entropy", 0.0),
-                 "phase": k}
-            if need_factor:
-                d["ratio_mean"] = float(slr[sel].exp().mean())
-                factor = update_factor(factor, rows.episode[sel], slr[sel], clip=factor_clip)
-            per_turn[t] = d
+            f_sel = (f_diag if f_diag is not None else factor[rows.episode])[sel]
+            per_turn[t] = {"rows": int(sel.sum()), "adv_x_factor_mean": float((a_rows[sel] * f_sel).mean()),
+                           "factor_mean": float(f_sel.mean()), "factor_min": float(f_sel.min()),
+                           "factor_max": float(f_sel.max()), "clipfrac": phase_m.get("clipfrac", 0.0),
+                           "kl": phase_m.get("kl", 0.0), "entropy": phase_m.get("entropy", 0.0), "phase": k,
+                           "fused": fused_mask is not None}
+        if k + 1 < len(phases):
+            if can_fuse and len(phase) == 1:
+                prev = (natural, phase[0])  # settled by the next phase's first forward (or _settle)
+            else:
+                _settle(ctx, (rows, None), per_turn, factor_clip, factor, turns_of_phase=phase)
     metrics = _mean(all_steps)
     metrics["optimizer_steps"] = len(all_steps)
     metrics["phases"] = len(phases)
     if all_steps:
         metrics["logp_gap_max"] = all_steps[0].get("logp_gap_max", 0.0)
     return metrics, per_turn
+
+
+def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch.Tensor, turns_of_phase=None):
+    """The factor of a finished phase by its own scoring pass under the updated parameters."""
+    rows, turn = prev
+    new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens)
+    slr = sequence_log_ratio(new, rows.old_logp, rows.loss_mask)
+    for t in (turns_of_phase or [turn]):
+        sel = rows.turn == t
+        per_turn[t]["ratio_mean"] = float(slr[sel].exp().mean())
+        factor.copy_(update_factor(factor, rows.episode[sel], slr[sel], clip=factor_clip))

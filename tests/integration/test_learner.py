@@ -109,3 +109,37 @@ def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
     for p, q in zip(a.params, b.params):
         assert torch.allclose(p, q, atol=1e-6)
     assert any(not torch.equal(p, q) for p, q in zip(a.params, tiny.model.parameters()))
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episodes, epochs, monkeypatch):
+    """SPEC §6: the factor's forward pass fused into the next turn's pass changes no number."""
+    import seeupo.train.update as upd
+
+    pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    assert len(set(pools.turn.tolist())) >= 3
+    adv = torch.linspace(-1, 1, len(episodes))
+    calls = {"score": 0}
+    real_score = upd.score
+
+    def counting(*a, **k):
+        calls["score"] += 1
+        return real_score(*a, **k)
+
+    monkeypatch.setattr(upd, "score", counting)
+    out = {}
+    for fuse in (False, True):
+        calls["score"] = 0
+        ctx = ctx_for(tiny.model, 0.5, epochs=epochs)
+        _, per_turn = sequential_update(ctx, pools, adv, order="reverse", factor_clip=(0.5, 2.0), fuse=fuse)
+        out[fuse] = (ctx.params, per_turn, calls["score"])
+    (pa, ta, na), (pb, tb, nb) = out[False], out[True]
+    for p, q in zip(pa, pb):
+        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4)
+    for t in ta:
+        for key in ("factor_mean", "factor_min", "factor_max", "adv_x_factor_mean"):
+            assert abs(ta[t][key] - tb[t][key]) < 1e-4, (t, key)
+        if "ratio_mean" in ta[t]:
+            assert abs(ta[t]["ratio_mean"] - tb[t]["ratio_mean"]) < 1e-4
+    assert na == len(ta) - 1 and nb == 0  # one scoring pass per owed factor, none when fused
+    assert any(d["fused"] for d in tb.values()) and not any(d["fused"] for d in ta.values())
