@@ -110,9 +110,14 @@ def trajectory_rows(episodes: list[Episode], pad_id: int) -> Rows:
     return _pad([(e.ids, e.gen_mask, e.logp, i, -1, e.turn_of) for i, e in enumerate(episodes)], pad_id)
 
 
-def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: str = "from_start") -> Rows:
+def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: str = "from_start",
+              placeholders_to: int | None = None) -> Rows:
     """One row per (episode, turn) for the turns asked (all by default). ``alignment="from_end"``
-    numbers turns back from each episode's last turn (0 = last), an experiment of SPEC §3."""
+    numbers turns back from each episode's last turn (0 = last), an experiment of SPEC §3.
+
+    ``placeholders_to=T`` reproduces the authors' code (SPEC §3): every episode also gets a row for
+    each turn index it did not reach below ``T``, a copy of its last turn's row with an empty loss
+    mask (no loss, ratio 1, but full compute). Only for measuring what that costs."""
     out = []
     for i, e in enumerate(episodes):
         for t, end in enumerate(e.turn_ends):
@@ -121,4 +126,8 @@ def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: st
                 continue
             mask = [int(m and k == t) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
             out.append((e.ids[:end], mask, e.logp[:end], i, label, e.turn_of[:end]))
+        if placeholders_to and e.turn_ends:
+            end = e.turn_ends[-1]
+            for t in range(e.n_turns, placeholders_to):
+                out.append((e.ids[:end], [0] * end, e.logp[:end], i, t, [-1] * end))
     return _pad(out, pad_id)

@@ -59,6 +59,8 @@ class AlgoConfig(Strict):
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
     fuse_factor: bool = Field(True, description="SeeUPO: fuse the factor's forward pass into the next turn's (SPEC §6)")
+    placeholders: bool = Field(False, description="the authors' placeholder rows for unreached turns up to "
+                               "rollout.max_turns: no loss, full compute, counted in the row mean (authors_code)")
     factor_clip: Optional[tuple[float, float]] = Field(None, description="clamp of each factor and the product")
     advantage_clip: Optional[float] = Field(None, gt=0, description="clamp |advantage| (None: off)")
     turn_alignment: Literal["from_start", "from_end"] = Field("from_start", description="turn indexing for pools")

@@ -101,11 +101,12 @@ class LossSpec:
     vf_coef: float = 0.5
     temperature: float = 1.0
     agg: str | None = None
+    count_empty_rows: bool = False  # rows without loss tokens count in the row mean (the authors' placeholders)
 
 
 def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
     tokens = float(rows.loss_mask.sum())
-    real_rows = float((rows.loss_mask.sum(-1) > 0).sum())
+    real_rows = float(len(rows) if spec.count_empty_rows else (rows.loss_mask.sum(-1) > 0).sum())
     if spec.name == "clip_sequence":
         return real_rows, tokens
     agg = spec.agg or ("seq_sum" if spec.name == "reinforce" else "token_mean")
@@ -141,11 +142,11 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         loss = pl
         share = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
         if spec.kl_coef > 0 and inp.ref_logp is not None:
-            kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w]), mb.loss_mask) / n_tokens
+            kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w]), mb.loss_mask) / max(n_tokens, 1.0)
             loss = loss + spec.kl_coef * kl
             sums["kl"] += kl.item()
         if value_head is not None and inp.returns is not None:
-            vl = 0.5 * masked_sum((s.values - inp.returns[idx, :w]) ** 2, mb.loss_mask) / n_tokens
+            vl = 0.5 * masked_sum((s.values - inp.returns[idx, :w]) ** 2, mb.loss_mask) / max(n_tokens, 1.0)
             loss = loss + spec.vf_coef * vl
             sums["value_loss"] += vl.item()
         loss.backward()

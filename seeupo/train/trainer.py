@@ -185,14 +185,22 @@ class Trainer:
     def _loss_spec(self) -> LossSpec:
         a = self.cfg.algo
         return LossSpec(self.algo.loss, clip_eps=a.clip_eps, clip_eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
-                        kl_estimator=a.kl_estimator, vf_coef=a.vf_coef, temperature=self.cfg.rollout.temperature)
+                        kl_estimator=a.kl_estimator, vf_coef=a.vf_coef, temperature=self.cfg.rollout.temperature,
+                        count_empty_rows=a.placeholders)
 
     # ----------------------------------------------------------------- one iteration
     def iteration(self, it: int) -> dict:
-        cfg, algo = self.cfg, self.algo
         t0 = time.perf_counter()
         episodes = self._episodes(it)
         t_roll = time.perf_counter() - t0
+        record = self.update(episodes, it)
+        record.update({"time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll})
+        return record
+
+    def update(self, episodes: list[Episode], it: int) -> dict:
+        """The learner's part of iteration ``it`` on ``episodes`` (advantages, the algorithm's
+        phases and optimizer steps); returns the iteration's record without timings."""
+        cfg, algo = self.cfg, self.algo
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         groups = torch.tensor([e.group for e in episodes])
         pad = self.tokenizer.pad_token_id
@@ -220,7 +228,8 @@ class Trainer:
                 adv_E = adv_E.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
             order = cfg.algo.order or algo.order
             if algo.sequential or order != "joint":
-                pools = turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment)
+                pools = turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment,
+                                  placeholders_to=cfg.rollout.max_turns if cfg.algo.placeholders else None)
                 metrics, per_turn = sequential_update(ctx, pools, adv_E, order=order,
                                                       ratio_reference=cfg.algo.ratio_reference,
                                                       factor_clip=cfg.algo.factor_clip,
@@ -245,8 +254,7 @@ class Trainer:
         record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
                   "advantage_abs_mean": float(adv_E.abs().mean()),
                   "groups_with_signal": _groups_with_signal(rewards, groups),
-                  "turn": {str(t): d for t, d in sorted(per_turn.items())},
-                  "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll}
+                  "turn": {str(t): d for t, d in sorted(per_turn.items())}}
         return record
 
     # ----------------------------------------------------------------- the run

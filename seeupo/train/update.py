@@ -140,9 +140,12 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
         rows = natural = pools.select(idx)
         fused_mask = None
+        ref = _reference(ctx, natural)  # on the natural rows: a fused row only adds later tokens
         owed = prev[1] if prev is not None else None
         if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
             rows, fused_mask = _extend(rows, prev[0], phase[0], prev[1])
+            if ref is not None:
+                ref = torch.nn.functional.pad(ref, (0, rows.input_ids.shape[1] - ref.shape[1]))
         elif prev is not None:  # cannot fuse: the owed factor by a separate scoring pass
             _settle(ctx, prev, per_turn, factor_clip, factor)
         prev = None
@@ -151,7 +154,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             rows = replace(rows, old_logp=old)
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
-        inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=_reference(ctx, rows),
+        inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=ref,
                          factor_mask=fused_mask, factor_clip=factor_clip)
         after_first = None
         if fused_mask is not None:

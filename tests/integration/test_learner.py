@@ -111,8 +111,8 @@ def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
     assert any(not torch.equal(p, q) for p, q in zip(a.params, tiny.model.parameters()))
 
 
-@pytest.mark.parametrize("epochs", [1, 2])
-def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episodes, epochs, monkeypatch):
+@pytest.mark.parametrize("epochs,kl", [(1, 0.0), (2, 0.0), (1, 0.5)])
+def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episodes, epochs, kl, monkeypatch):
     """SPEC §6: the factor's forward pass fused into the next turn's pass changes no number."""
     import seeupo.train.update as upd
 
@@ -129,8 +129,12 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
     monkeypatch.setattr(upd, "score", counting)
     out = {}
     for fuse in (False, True):
-        calls["score"] = 0
         ctx = ctx_for(tiny.model, 0.5, epochs=epochs)
+        if kl:
+            ctx.spec = LossSpec("clip_sequence", kl_coef=kl)
+            ref_model = copy.deepcopy(tiny.model)
+            ctx.reference_logp = lambda rows: real_score(ref_model, rows, temperature=1.0, budget_tokens=4096)[0]
+        calls["score"] = 0
         _, per_turn = sequential_update(ctx, pools, adv, order="reverse", factor_clip=(0.5, 2.0), fuse=fuse)
         out[fuse] = (ctx.params, per_turn, calls["score"])
     (pa, ta, na), (pb, tb, nb) = out[False], out[True]
@@ -143,3 +147,19 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
             assert abs(ta[t]["ratio_mean"] - tb[t]["ratio_mean"]) < 1e-4
     assert na == len(ta) - 1 and nb == 0  # one scoring pass per owed factor, none when fused
     assert any(d["fused"] for d in tb.values()) and not any(d["fused"] for d in ta.values())
+
+
+def test_placeholder_rows_cost_compute_but_change_no_factor(tiny, episodes):
+    """The authors' placeholders (SPEC §3): a row per unreached turn index, no loss, ratio 1."""
+    pad = tiny.tokenizer.pad_token_id
+    T = max(e.n_turns for e in episodes) + 1
+    pools = turn_rows(episodes, pad, placeholders_to=T)
+    assert len(pools) == len(episodes) * T
+    empty = pools.loss_mask.sum(-1) == 0
+    assert int(empty.sum()) == sum(T - e.n_turns for e in episodes)
+    adv = torch.linspace(-1, 1, len(episodes))
+    ctx = ctx_for(tiny.model, 0.5, epochs=1)
+    ctx.spec = LossSpec("clip_sequence", count_empty_rows=True)
+    metrics, per_turn = sequential_update(ctx, pools, adv, order="reverse", ratio_reference="incremental")
+    assert metrics["phases"] == T and per_turn[T - 1]["factor_max"] == 1.0  # a phase of placeholders only
+    assert all(per_turn[t]["rows"] == len(episodes) for t in range(T))

@@ -1,0 +1,114 @@
+"""Learner time per iteration on identical stored rollouts: SeeUPO vs GRPO (turn rows and trajectory
+rows) vs the ``authors_code`` preset, side by side in one process.
+
+    python benchmarks/step_time.py --quick --json runs/bench/step_time.json   # under 2 minutes
+    python benchmarks/step_time.py --json runs/bench/step_time_full.json       # SmolLM2-135M + LoRA
+
+The rollouts are generated once (answer-blind demonstration episodes of the lookup tasks with 1-3
+lookups: 2-5 turns, so episode lengths are mixed), their sampling log-probs are scored under the
+initial model, and every variant then runs ``Trainer.update`` on the same episodes from the same
+initial parameters. Variants run interleaved (A B C D, A B C D, ...) after one untimed round, and the
+median per variant is reported. The JSON holds the ratios ``seeupo_over_grpo_turn``,
+``seeupo_over_grpo_traj`` and ``authors_over_seeupo``, plus the rows and tokens each variant processed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+VARIANTS = {
+    "seeupo": ("default", ["algo.name=seeupo"]),
+    "grpo_turn": ("default", ["algo.name=grpo", "algo.rows=turn"]),
+    "grpo_traj": ("default", ["algo.name=grpo", "algo.rows=trajectory"]),
+    "authors_code": ("authors_code", []),
+}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny model, 3 timed rounds (under 2 minutes)")
+    ap.add_argument("--model", default=None, help="model (default: tiny-random:4x128 quick, smollm2-135m-instruct full)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3 quick, 3 full)")
+    ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    model = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
+    rounds = args.rounds or 3
+
+    from seeupo.data.episode import derive_seed, trajectory_rows
+    from seeupo.rollout.runner import run_episodes
+    from seeupo.rollout.sampler import ScriptedPolicy
+    from seeupo.train.config import load_config
+    from seeupo.train.learner import score
+    from seeupo.train.trainer import Trainer
+
+    common = [f"model.name={model}", f"model.lora={'false' if model.startswith('tiny') else 'true'}",
+              "env.options={hops_min: 1, hops_max: 3, n_keys: 5}", "rollout.max_turns=5",
+              f"rollout.tasks_per_iteration={args.tasks}", f"rollout.group_size={args.group}",
+              "warmup.enabled=off", "run.loggers=[]", "run.out=/tmp/seeupo-bench"]
+    trainers = {name: Trainer(load_config(preset, common + extra)) for name, (preset, extra) in VARIANTS.items()}
+    base = trainers["seeupo"]
+    init = {n: p.detach().clone() for n, p in base.named_params}
+
+    # identical stored rollouts for every variant
+    tasks = base.family.tasks("train")[: args.tasks]
+    jobs = [(t, i, g, derive_seed(7, t.id, g)) for i, t in enumerate(tasks) for g in range(args.group)]
+    demo = ScriptedPolicy(lambda env, rng: env.demo_action(rng), base.chat.encode, base.chat.eos_id)
+    episodes = run_episodes(demo, base.chat, base.family, jobs, base.limits)
+    rows = trajectory_rows(episodes, base.tokenizer.pad_token_id)
+    logp, _ = score(base.model, rows, temperature=1.0, budget_tokens=4096)
+    for i, e in enumerate(episodes):
+        e.logp = [float(x) if m else 0.0 for x, m in zip(logp[i, : len(e.ids)].tolist(), e.gen_mask)]
+    turns = [e.n_turns for e in episodes]
+
+    def one(name: str) -> tuple[float, dict]:
+        tr = trainers[name]
+        with torch.no_grad():
+            for n, p in tr.named_params:
+                p.copy_(init[n])
+        tr.optimizer.state.clear()
+        tr.reference_state = {n: v.clone() for n, v in init.items()} if tr.cfg.algo.kl_coef > 0 else None
+        t0 = time.perf_counter()
+        rec = tr.update(episodes, 0)
+        return time.perf_counter() - t0, rec
+
+    times = {name: [] for name in VARIANTS}
+    records = {}
+    for r in range(rounds + 1):  # round 0 is untimed
+        for name in VARIANTS:
+            dt, rec = one(name)
+            if r:
+                times[name].append(dt)
+            records[name] = rec
+    med = {n: statistics.median(v) for n, v in times.items()}
+    out = {
+        "model": model, "episodes": len(episodes), "turns_per_episode": {str(k): turns.count(k) for k in sorted(set(turns))},
+        "rounds": rounds, "seconds_median": med, "seconds_all": times,
+        "optimizer_steps": {n: r.get("optimizer_steps") for n, r in records.items()},
+        "seeupo_over_grpo_turn": med["seeupo"] / med["grpo_turn"],
+        "seeupo_over_grpo_traj": med["seeupo"] / med["grpo_traj"],
+        "authors_over_seeupo": med["authors_code"] / med["seeupo"],
+        "command": " ".join(["python", "benchmarks/step_time.py", *(argv if argv is not None else sys.argv[1:])]),
+    }
+    print(f"model {model}, {len(episodes)} episodes, turns per episode {out['turns_per_episode']}, "
+          f"{rounds} timed rounds")
+    for n in VARIANTS:
+        print(f"  {n:13s} median {med[n]:7.2f} s   steps {out['optimizer_steps'][n]}")
+    print(f"  SeeUPO / GRPO(turn rows) = {out['seeupo_over_grpo_turn']:.2f}   SeeUPO / GRPO(trajectory rows) = "
+          f"{out['seeupo_over_grpo_traj']:.2f}   authors_code / SeeUPO = {out['authors_over_seeupo']:.2f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()
