@@ -57,6 +57,16 @@ def _cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
+def _sample_rows(logp_RV: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row from ``exp(logp)``, each row by inverse CDF with one uniform draw from its
+    own generator (so a row's sample depends only on its own seed, not on the batch). One
+    vectorised pass instead of a ``torch.multinomial`` call per row (3 ms each over a 49k vocabulary)."""
+    cdf = logp_RV.double().exp().cumsum(-1)
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    tok = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    return tok.clamp_max(logp_RV.shape[-1] - 1)
+
+
 class HFSampler:
     """Generation with a Hugging Face causal LM (the default backend)."""
 
@@ -104,13 +114,12 @@ class HFSampler:
             t = self.temperature if self.temperature > 0 else 1.0
             logp_all = torch.log_softmax(logits / t, -1)
             nxt = torch.full((n,), self.pad_id, dtype=torch.long)
-            for i in range(n):
-                if not live[i]:
-                    continue
-                if self.temperature > 0:
-                    tok = int(torch.multinomial(logp_all[i].exp(), 1, generator=generators[i]))
-                else:
-                    tok = int(logp_all[i].argmax())
+            rows = [i for i in range(n) if live[i]]
+            if self.temperature > 0:
+                picked = _sample_rows(logp_all[rows], [generators[i] for i in rows])
+            else:
+                picked = logp_all[rows].argmax(-1)
+            for i, tok in zip(rows, picked.tolist()):
                 nxt[i] = tok
                 smp = samples[i]
                 smp.ids.append(tok)
