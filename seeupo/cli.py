@@ -194,6 +194,56 @@ def evaluate(
         (Path(out) / "eval.json").write_text(_json.dumps(data, indent=1))
 
 
+@app.command("summarize")
+def summarize(
+    runs: list[Path] = typer.Argument(..., help="run folders (each with a summary.json)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="also write the table as JSON here"),
+) -> None:
+    """Before/after held-out avg@k and pass@k of finished runs, per run and per algorithm (mean +- std)."""
+    import json as _json
+    import statistics
+
+    found = []
+    for r in runs:
+        f = r / "summary.json"
+        if not f.exists():
+            console.print(f"[yellow]{r}: no summary.json (unfinished?), skipped[/]")
+            continue
+        s = _json.loads(f.read_text())
+        found.append({"run": str(r), "algorithm": s["algorithm"], "seed": s["seed"], "minutes": s["wall_seconds"] / 60,
+                      **{f"{w}_{m}": s[f"eval_{w}"][f"{m}@k"] for w in ("before", "after") for m in ("avg", "pass")},
+                      "k": s["eval_after"]["k"], "tasks": s["eval_after"]["tasks"]})
+    if not found:
+        raise typer.Exit(1)
+    t = Table(title="runs")
+    for c in ("run", "algorithm", "seed", "min", "avg@k before", "avg@k after", "pass@k before", "pass@k after"):
+        t.add_column(c)
+    for r in found:
+        t.add_row(r["run"], r["algorithm"], str(r["seed"]), f"{r['minutes']:.1f}", f"{r['before_avg']:.3f}",
+                  f"{r['after_avg']:.3f}", f"{r['before_pass']:.3f}", f"{r['after_pass']:.3f}")
+    console.print(t)
+    groups: dict = {}
+    for r in found:
+        groups.setdefault(r["algorithm"], []).append(r)
+    agg = {}
+    t = Table(title="per algorithm: mean +- std over seeds")
+    for c in ("algorithm", "seeds", "avg@k before", "avg@k after", "pass@k before", "pass@k after"):
+        t.add_column(c)
+    for algo, rs in groups.items():
+        def ms(key):
+            xs = [r[key] for r in rs]
+            return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+        agg[algo] = {key: ms(key) for key in ("before_avg", "after_avg", "before_pass", "after_pass")}
+        agg[algo]["seeds"] = sorted(r["seed"] for r in rs)
+        t.add_row(algo, ",".join(map(str, agg[algo]["seeds"])),
+                  *(f"{agg[algo][k][0]:.3f} +- {agg[algo][k][1]:.3f}" for k in ("before_avg", "after_avg",
+                                                                               "before_pass", "after_pass")))
+    console.print(t)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_json.dumps({"runs": found, "per_algorithm": agg}, indent=1))
+
+
 SETUPS = {
     # name: (pip arguments, import check, why it is not a plain extra)
     "bfcl": (["--no-deps", "bfcl-eval=={bfcl}", "mpmath"], "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
