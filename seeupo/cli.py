@@ -194,6 +194,44 @@ def evaluate(
         (Path(out) / "eval.json").write_text(_json.dumps(data, indent=1))
 
 
+@app.command("sample")
+def sample(
+    checkpoint_dir: Path = typer.Argument(..., help="a run folder: its latest checkpoint is loaded"),
+    n: int = typer.Option(64, "--n", min=1, help="episodes to sample"),
+    task_index: int = typer.Option(0, "--task", min=0, help="index of the task in the split"),
+    split: str = typer.Option("test", "--split"),
+    top: int = typer.Option(12, "--top", min=1, help="most frequent response sequences shown"),
+) -> None:
+    """Sample episodes of one task from a checkpoint and tally the turn-by-turn responses (what the
+    policy actually does, and whether it depends on the turn)."""
+    import collections
+
+    from seeupo.data.episode import derive_seed
+    from seeupo.rollout.runner import run_episodes
+    from seeupo.train import checkpoint as ckpt
+
+    cfg = _build_config(str(checkpoint_dir / "config.yaml"), ["warmup.enabled=off"])
+    trainer = _trainer(cfg)
+    path = ckpt.latest(checkpoint_dir)
+    if path is None:
+        console.print(f"[red]no checkpoint under {checkpoint_dir}/checkpoints[/]")
+        raise typer.Exit(2)
+    ckpt.load(path, trainer.named_params, None)
+    task = trainer.family.tasks(split)[task_index]
+    jobs = [(task, 0, s, derive_seed(cfg.run.seed, "sample", s)) for s in range(n)]
+    import torch
+
+    with torch.no_grad():
+        eps = run_episodes(trainer.sampler, trainer.chat, trainer.family, jobs, trainer.limits)
+    console.print(f"{path}: task {task.id}, {n} episodes, success {sum(e.score >= cfg.eval.threshold for e in eps) / n:.3f}")
+    t = Table(title="most frequent responses, turn by turn")
+    t.add_column("count")
+    t.add_column("responses")
+    for seq, c in collections.Counter(tuple(e.texts) for e in eps).most_common(top):
+        t.add_row(str(c), " | ".join(seq))
+    console.print(t)
+
+
 @app.command("summarize")
 def summarize(
     runs: list[Path] = typer.Argument(..., help="run folders (each with a summary.json)"),

@@ -24,3 +24,6 @@ def test_eval_checkpoint_of_a_tiny_run(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "ev" / "eval.json").read_text())
     assert data["tasks"] == 3 and data["k"] == 2 and 0.0 <= data["avg@k"] <= 1.0
+    res = CliRunner().invoke(app, ["sample", str(run), "--n", "4", "--top", "2"])
+    assert res.exit_code == 0, res.output
+    assert "4 episodes" in res.output and "most frequent responses" in res.output
