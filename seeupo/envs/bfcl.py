@@ -238,8 +238,6 @@ class BfclEnv(Env):
 
     def _question(self, i: int) -> list[Message]:
         if i in self.held_out:  # miss_func: the withheld functions arrive with an empty question
-            for d in self.held_out[i]:
-                self.docs[d["name"]] = d
             P = self.B["prompts"]
             return [{"role": "user", "content": P.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(
                 functions=format_docs(self.held_out[i], self.opts.doc_format))}]
@@ -267,6 +265,8 @@ class BfclEnv(Env):
                 return StepResult([], 0.0, True, {"tool_error": 0})
             self.steps = 0
             self.decoded.append([])
+            for d in self.held_out.get(self.q, []):  # now shown to the model
+                self.docs[d["name"]] = d
             return StepResult(self._question(self.q), 0.0, False, {"tool_error": 0})
         results = self._execute(strings)
         self.decoded[self.q].append(strings)
