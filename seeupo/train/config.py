@@ -81,6 +81,7 @@ class AlgoConfig(Strict):
 
 class OptimConfig(Strict):
     lr: float = Field(2e-4, gt=0, description="learning rate (AdamW)")
+    lr_warmup_iterations: int = Field(0, ge=0, description="ramp the RL learning rate linearly over the first N iterations")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     grad_clip: Optional[float] = Field(1.0, gt=0, description="max gradient norm (None: off)")
     micro_batch_tokens: int = Field(4096, ge=64, description="padded tokens per forward pass")

@@ -78,6 +78,16 @@ def _groups_with_signal(rewards: torch.Tensor, groups: torch.Tensor) -> float:
     return sum(bool(rewards[groups == g].std() > 0) if (groups == g).sum() > 1 else False for g in ids) / max(len(ids), 1)
 
 
+def scheduled_lr(lr: float, warmup_iterations: int, it: int) -> float:
+    """``lr`` ramped linearly over the first ``warmup_iterations`` iterations: a function of the
+    iteration only, so a resumed run continues the same schedule.
+
+    >>> [scheduled_lr(1.0, 4, i) for i in range(5)]
+    [0.25, 0.5, 0.75, 1.0, 1.0]
+    """
+    return lr * (min(1.0, (it + 1) / warmup_iterations) if warmup_iterations else 1.0)
+
+
 def health_warnings(record: dict) -> list[str]:
     """Early signs of collapse (USERS.md #3), printed as they happen and kept in metrics.jsonl."""
     out = []
@@ -193,8 +203,11 @@ class Trainer:
         t0 = time.perf_counter()
         episodes = self._episodes(it)
         t_roll = time.perf_counter() - t0
+        lr = scheduled_lr(self.cfg.optim.lr, self.cfg.optim.lr_warmup_iterations, it)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
         record = self.update(episodes, it)
-        record.update({"time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll})
+        record.update({"lr": lr, "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll})
         return record
 
     def update(self, episodes: list[Episode], it: int) -> dict:

@@ -9,7 +9,7 @@ def test_presets_load_and_inherit():
     d = load_config("default")
     assert a.algo.ratio_reference == "incremental" and a.algo.factor_clip == (0.8, 1.2)
     assert a.rollout == d.rollout and a.model == d.model  # inherited from default
-    assert load_config("tiny").model.name == "tiny-random"
+    assert load_config("tiny").model.name == "tiny-random:4x64"
 
 
 def test_overrides_are_typed():
@@ -57,3 +57,18 @@ def test_health_warnings_flag_collapse_signals():
     assert len(w) == 3 and "deterministic" in w[0] and "format" in w[1] and "no group" in w[2]
     r, g = torch.tensor([1.0, 1.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])
     assert _groups_with_signal(r, g) == 0.5
+
+
+def test_lr_warmup_schedule_and_the_tiny_preset_uses_it():
+    import doctest
+
+    import seeupo.train.trainer as trainer_mod
+    from seeupo.train.trainer import scheduled_lr
+
+    assert scheduled_lr(2.0, 0, 0) == 2.0 and scheduled_lr(2.0, 5, 0) == 0.4 and scheduled_lr(2.0, 5, 9) == 2.0
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for t in finder.find(trainer_mod.scheduled_lr, "scheduled_lr", globs={"scheduled_lr": scheduled_lr}):
+        runner.run(t)
+    assert runner.failures == 0
+    assert load_config("tiny").optim.lr_warmup_iterations == 5 and load_config("default").optim.lr_warmup_iterations == 0
