@@ -9,12 +9,14 @@ match token for token is reported).
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import time
-from pathlib import Path
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import finish  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -52,16 +54,11 @@ def main(argv=None) -> dict:
     out = {"model": args.model, "episodes": args.episodes, "generated_tokens": tokens,
            "batched_s": t_batched, "loop_s": t_loop,
            "batched_tok_per_s": tokens / t_batched, "loop_tok_per_s": tokens / t_loop,
-           "speedup": t_loop / t_batched, "identical_episodes": same,
-           "command": " ".join(["python", "benchmarks/rollout_throughput.py",
-                                *(argv if argv is not None else sys.argv[1:])])}
+           "speedup": t_loop / t_batched, "identical_episodes": same}
     print(f"{args.episodes} episodes, {tokens} generated tokens: batched {out['batched_tok_per_s']:.0f} tok/s, "
           f"one at a time {out['loop_tok_per_s']:.0f} tok/s, speedup {out['speedup']:.2f}x; "
           f"identical episodes: {same:.0%}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
-    return out
+    return finish(out, "rollout_throughput.py", argv, args.json)
 
 
 if __name__ == "__main__":

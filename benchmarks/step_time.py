@@ -15,13 +15,15 @@ median per variant is reported. The JSON holds the ratios ``seeupo_over_grpo_tur
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import finish  # noqa: E402
 
 VARIANTS = {
     "seeupo": ("default", ["algo.name=seeupo"]),
@@ -96,7 +98,6 @@ def main(argv=None) -> dict:
         "seeupo_over_grpo_turn": med["seeupo"] / med["grpo_turn"],
         "seeupo_over_grpo_traj": med["seeupo"] / med["grpo_traj"],
         "authors_over_seeupo": med["authors_code"] / med["seeupo"],
-        "command": " ".join(["python", "benchmarks/step_time.py", *(argv if argv is not None else sys.argv[1:])]),
     }
     print(f"model {model}, {len(episodes)} episodes, turns per episode {out['turns_per_episode']}, "
           f"{rounds} timed rounds")
@@ -104,10 +105,7 @@ def main(argv=None) -> dict:
         print(f"  {n:13s} median {med[n]:7.2f} s   steps {out['optimizer_steps'][n]}")
     print(f"  SeeUPO / GRPO(turn rows) = {out['seeupo_over_grpo_turn']:.2f}   SeeUPO / GRPO(trajectory rows) = "
           f"{out['seeupo_over_grpo_traj']:.2f}   authors_code / SeeUPO = {out['authors_over_seeupo']:.2f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
-    return out
+    return finish(out, "step_time.py", argv, args.json)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,15 @@ class EnvFamily(ABC):
     @abstractmethod
     def tasks(self, split: str) -> list[Task]: ...
 
+    def _sized_split(self, split: str, sizes: dict[str, int], make: Callable[[str, int], Task]) -> list[Task]:
+        """The tasks of ``split`` (``make(split, i)`` for ``i < sizes[split]``), built once and cached."""
+        if split not in sizes:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(sizes)}")
+        cache = self.__dict__.setdefault("_split_cache", {})
+        if split not in cache:
+            cache[split] = [make(split, i) for i in range(sizes[split])]
+        return cache[split]
+
     @abstractmethod
     def make(self, task: Task, *, seed: int) -> Env: ...
 

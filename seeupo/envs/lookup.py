@@ -171,15 +171,10 @@ class LookupFamily(EnvFamily):
 
     def __init__(self, **options):
         self.opts = LookupOptions(**options)
-        self._tasks: dict[str, list[Task]] = {}
 
     def tasks(self, split: str) -> list[Task]:
-        sizes = {"train": self.opts.train_tasks, "test": self.opts.test_tasks}
-        if split not in sizes:
-            raise ValueError(f"unknown split {split!r}; valid: train, test")
-        if split not in self._tasks:
-            self._tasks[split] = [make_task(self.opts, split, i) for i in range(sizes[split])]
-        return self._tasks[split]
+        return self._sized_split(split, {"train": self.opts.train_tasks, "test": self.opts.test_tasks},
+                                 lambda sp, i: make_task(self.opts, sp, i))
 
     def make(self, task: Task, *, seed: int) -> LookupEnv:
         return LookupEnv(task, self.opts, seed)

@@ -156,17 +156,11 @@ class TextWorldFamily(EnvFamily):
     def __init__(self, **options):
         self.opts = TextWorldOptions(**options)
         require_textworld()
-        self._tasks: dict[str, list[Task]] = {}
 
     def tasks(self, split: str) -> list[Task]:
-        sizes = {"train": self.opts.train_tasks, "test": self.opts.test_tasks}
-        if split not in sizes:
-            raise ValueError(f"unknown split {split!r}; valid: train, test")
-        if split not in self._tasks:
-            self._tasks[split] = [Task(id=f"textworld-{split}-{i}", split=split,
-                                       data={"game_seed": game_seed(self.opts, split, i)})
-                                  for i in range(sizes[split])]
-        return self._tasks[split]
+        return self._sized_split(split, {"train": self.opts.train_tasks, "test": self.opts.test_tasks},
+                                 lambda sp, i: Task(id=f"textworld-{sp}-{i}", split=sp,
+                                                    data={"game_seed": game_seed(self.opts, sp, i)}))
 
     def make(self, task: Task, *, seed: int) -> TextWorldEnv:
         return TextWorldEnv(task, self.opts, seed)
