@@ -132,3 +132,17 @@ def test_eval_cli_oracle_and_context_limit(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "short" / "eval.json").read_text())
     assert data["avg@k"] == 0.0 and data["episodes"]["episode/end_context"] == 1.0
+
+
+def test_train_runs_on_bfcl(tmp_path):
+    """`seeupo train --env bfcl` end to end: one SeeUPO iteration (tiny model, small settings)."""
+    res = CliRunner().invoke(app, ["train", "--env", "bfcl", "--steps", "1", "--out", str(tmp_path),
+                                   "model.name=tiny-random", "model.lora=false", "warmup.enabled=on",
+                                   "warmup.episodes=2", "rollout.tasks_per_iteration=2", "rollout.group_size=2",
+                                   "rollout.max_turns=3", "rollout.max_new_tokens=16", "eval.tasks=1",
+                                   "eval.k=1", "run.loggers=[jsonl]"])
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "reward_mean" in r]
+    assert len(train) == 1 and train[0]["optimizer_steps"] >= 1
+    assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "seeupo"

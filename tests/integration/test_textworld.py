@@ -52,3 +52,17 @@ def test_eval_cli_oracle(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "eval.json").read_text())
     assert data["avg@k"] == 1.0 and data["tasks"] == 2
+
+
+def test_train_runs_on_textworld(tmp_path):
+    """`seeupo train --env textworld` end to end (tiny model, small settings)."""
+    res = CliRunner().invoke(app, ["train", "--env", "textworld", "--steps", "2", "--out", str(tmp_path),
+                                   "model.name=tiny-random", "model.lora=false", "warmup.episodes=4",
+                                   "rollout.tasks_per_iteration=2", "rollout.group_size=2", "rollout.max_turns=3",
+                                   "eval.tasks=2", "eval.k=1", "run.loggers=[jsonl]",
+                                   "env.options.quest_length=2"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env"] == "textworld" and summary["iterations"] == 2
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sum("reward_mean" in r for r in records) == 2
