@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import importlib
 import inspect
 import itertools
@@ -331,8 +332,14 @@ class BfclEnv(Env):
         return f"[{name}({', '.join(args)})]"
 
 
-def backend_signatures(classes: list[str]) -> dict[str, inspect.Signature]:
-    """The public methods of BFCL's backend classes, by name, with signatures without ``self``."""
+def backend_signatures(classes) -> dict[str, inspect.Signature]:
+    """The public methods of BFCL's backend classes, by name, with signatures without ``self``
+    (computed once per set of classes, not per episode)."""
+    return _signatures(tuple(classes))
+
+
+@functools.lru_cache(maxsize=None)
+def _signatures(classes: tuple[str, ...]) -> dict[str, inspect.Signature]:
     paths = require_bfcl()["backends"].CLASS_FILE_PATH_MAPPING
     out = {}
     for cls_name in classes:
