@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,12 +18,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 lab_app = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="The tabular convergence lab (exact expectations, no neural models).")
 app.add_typer(lab_app, name="lab")
-console = Console(width=None if sys.stdout.isatty() else 160)
+# under torchrun / accelerate launch only the first process prints
+_QUIET = int(os.environ.get("RANK", "0")) != 0
+console = Console(width=None if sys.stdout.isatty() else 160, quiet=_QUIET)
 
 
 def _progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+                    TimeElapsedColumn(), console=console, transient=False, disable=_QUIET)
 
 
 @lab_app.command("table1")

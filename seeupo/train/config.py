@@ -118,6 +118,11 @@ class RunConfig(Strict):
     loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(["jsonl", "tensorboard"], description="metric sinks")
 
 
+class ParallelConfig(Strict):
+    strategy: Literal["ddp", "fsdp2"] = Field("ddp", description="several processes (torchrun / accelerate "
+                                              "launch): ddp replicates parameters, fsdp2 shards them (fully_shard)")
+
+
 class Config(Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -127,6 +132,7 @@ class Config(Strict):
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
 
     @model_validator(mode="after")
     def _combinations(self):

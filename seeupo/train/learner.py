@@ -16,6 +16,7 @@ from seeupo.core.losses import get_kl, get_policy_loss, masked_sum, sequence_log
 from seeupo.core.schedule import update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import ValueHead, token_logprobs
+from seeupo.train import parallel
 
 
 def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
@@ -44,7 +45,7 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
     values = torch.zeros_like(logp) if value_head is not None else None
     was_training = model.training
     model.eval()
-    for idx in micro_batches(rows, budget_tokens):
+    for idx in parallel.mine(micro_batches(rows, budget_tokens)):
         mb = rows.select(idx)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
                            temperature=temperature, value_head=value_head, with_entropy=False)
@@ -53,6 +54,9 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
         if values is not None:
             values[idx, :w] = s.values
     model.train(was_training)
+    parallel.sum_(logp)  # each process filled its own rows
+    if values is not None:
+        parallel.sum_(values)
     return logp, values
 
 
@@ -123,8 +127,10 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     sums = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ratio_mean": 0.0,
             "value_loss": 0.0}
     optimizer.zero_grad(set_to_none=True)
+    grads = parallel.GradAccumulator(params)
     fused_slr = torch.zeros(len(inp.rows)) if inp.factor_mask is not None else None
-    for idx in micro_batches(inp.rows, budget_tokens):
+    sums["logp_gap_max"] = 0.0
+    for idx in parallel.mine(micro_batches(inp.rows, budget_tokens)):
         mb = inp.rows.select(idx)
         w = mb.input_ids.shape[1]
         fm = inp.factor_mask[idx, :w] if inp.factor_mask is not None else None
@@ -150,6 +156,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             loss = loss + spec.vf_coef * vl
             sums["value_loss"] += vl.item()
         loss.backward()
+        grads.add()
         sums["loss"] += loss.item()
         sums["policy_loss"] += pl.item()
         sums["entropy"] += float(masked_sum(s.entropy, mb.loss_mask)) / max(n_tokens, 1.0)
@@ -157,7 +164,11 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         sums["ratio_mean"] += float(m["ratio_mean"]) * share
         with torch.no_grad():  # learner vs sampler log-prob gap (meaningful on an iteration's first step)
             gap = ((s.logp - mb.old_logp).abs() * mb.loss_mask).max()
-        sums["logp_gap_max"] = max(sums.get("logp_gap_max", 0.0), float(gap))
+        sums["logp_gap_max"] = max(sums["logp_gap_max"], float(gap))
+    grads.finish()  # the whole step's gradient, summed over micro-batches and processes
+    parallel.reduce_scalars(sums, maxima=("logp_gap_max",))
+    if fused_slr is not None:
+        parallel.sum_(fused_slr)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf"))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

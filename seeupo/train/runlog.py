@@ -55,6 +55,16 @@ class RunLog:
             self.wandb.finish()
 
 
+class NullLog:
+    """What processes other than the main one log to: nothing."""
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _covered(record: dict, checkpoint_iteration: int) -> bool:
     """Whether a metrics line describes training the checkpoint already contains: iterations before it,
     and evaluations of parameters at or before it."""

@@ -25,10 +25,10 @@ from seeupo.models.loading import DEFAULT_MODEL, load_model
 from seeupo.models.policy import ValueHead, apply_lora
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
-from seeupo.train import checkpoint
+from seeupo.train import checkpoint, parallel
 from seeupo.train.config import Config, save_config
 from seeupo.train.learner import LossSpec, score, swapped
-from seeupo.train.runlog import RunLog, plot_curves, read_metrics
+from seeupo.train.runlog import NullLog, RunLog, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 from seeupo.train.warmup import warmup
 
@@ -103,7 +103,10 @@ def health_warnings(record: dict) -> list[str]:
 class Trainer:
     def __init__(self, cfg: Config, *, resume: bool = False, console=None, bar=None):
         """``bar``: a rich ``Progress`` for the long stages (warm-up, evaluation), or None."""
-        self.cfg, self.console, self.resume, self.bar = cfg, console, resume, bar
+        parallel.init(cfg.parallel.strategy)
+        main = parallel.is_main()  # only the main process prints, writes files and shows progress
+        self.cfg, self.resume = cfg, resume
+        self.console, self.bar = (console, bar) if main else (None, None)
         self.out = Path(cfg.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.algo = get_algorithm(cfg.algo.name)
@@ -157,10 +160,12 @@ class Trainer:
             policy = self.sampler
             old_t = self.sampler.temperature
             self.sampler.temperature = cfg.eval.temperature or cfg.rollout.temperature
-        tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(jobs))
+        mine = parallel.mine(jobs)
+        tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine))
         try:
             with torch.no_grad():
-                episodes = run_episodes(policy, self.chat, self.family, jobs, self.limits, on_progress=tick)
+                episodes = run_episodes(policy, self.chat, self.family, mine, self.limits, on_progress=tick)
+            episodes = parallel.gather_ordered(episodes, len(jobs))
         finally:
             close()
             if policy is self.sampler:
@@ -183,8 +188,9 @@ class Trainer:
         chosen = rng.sample(pool, min(cfg.rollout.tasks_per_iteration, len(pool)))
         jobs = [(t, b, g, derive_seed(cfg.run.seed, "episode", iteration, t.id, g))
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
-        with torch.no_grad():
-            return run_episodes(self.sampler, self.chat, self.family, jobs, self.limits)
+        with torch.no_grad():  # each process runs its share; every process gets all, in job order
+            local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits)
+        return parallel.gather_ordered(local, len(jobs))
 
     def _reference_logp(self, rows):
         with swapped(self.named_params, self.reference_state):
@@ -276,14 +282,20 @@ class Trainer:
 
     def _save(self, iteration: int) -> None:
         self.state["wall_seconds"] = self._wall()
+        if not parallel.is_main():
+            parallel.barrier()
+            return
         checkpoint.save(self.out, iteration=iteration, named_params=self.named_params, optimizer=self.optimizer,
                         state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
                         reference=self.reference_state)
+        parallel.barrier()
 
     def run(self, progress=None) -> dict:
         cfg = self.cfg
         self._wall0, self._wall_prior = time.perf_counter(), 0.0
-        save_config(cfg, self.out / "config.yaml")
+        main = parallel.is_main()
+        if main:
+            save_config(cfg, self.out / "config.yaml")
         start = 0
         if self.resume:
             ck = checkpoint.latest(self.out)
@@ -298,8 +310,8 @@ class Trainer:
                 self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
                           "nothing to train; raise run.iterations to continue[/]")
             self._say(f"resumed from {ck} at iteration {start}")
-        log = RunLog(self.out, cfg.run.loggers, resume_from=start if self.resume else None,
-                     config=cfg.model_dump(mode="json"))
+        log = (RunLog(self.out, cfg.run.loggers, resume_from=start if self.resume else None,
+                      config=cfg.model_dump(mode="json")) if main else NullLog())
         try:
             if not self.resume:
                 if self.warmup_enabled():
@@ -354,8 +366,9 @@ class Trainer:
             "trainable_param_l2": l2,
             "warmup": self.state.get("warmup"),
         }
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
-        plot_curves(self.out, read_metrics(self.out), f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
+        if main:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+            plot_curves(self.out, read_metrics(self.out), f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
         return summary
 
 

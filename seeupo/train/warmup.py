@@ -16,6 +16,7 @@ from seeupo.data.episode import derive_seed, trajectory_rows
 from seeupo.models.policy import token_logprobs
 from seeupo.rollout.runner import run_episodes
 from seeupo.rollout.sampler import ScriptedPolicy
+from seeupo.train import parallel
 from seeupo.train.learner import micro_batches
 
 
@@ -42,12 +43,16 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             n_tok = float(batch.loss_mask.sum())
             opt.zero_grad(set_to_none=True)
             total = 0.0
-            for idx in micro_batches(batch, budget_tokens):
+            grads = parallel.GradAccumulator(params)
+            for idx in parallel.mine(micro_batches(batch, budget_tokens)):
                 mb = batch.select(idx)
                 s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False)
                 loss = -(s.logp * mb.loss_mask).sum() / n_tok
                 loss.backward()
+                grads.add()
                 total += loss.item()
+            grads.finish()
+            total = parallel.reduce_scalars({"loss": total})["loss"]
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             losses.append(total)
