@@ -70,7 +70,33 @@ def token_logprobs(
     with_entropy: bool = True,
 ) -> TokenScores:
     """Log-probs (at ``temperature``) of the tokens marked in ``score_mask_BL`` (position 0 is never
-    scored). Shapes ``[B, L]``; right padding."""
+    scored). Shapes ``[B, L]``; right padding. ``model`` is a causal LM or a ``Scorer`` (which then
+    brings its own value head)."""
+    if isinstance(model, Scorer):
+        logp, entropy, values = model(input_ids_BL, attention_mask_BL, score_mask_BL, temperature=temperature,
+                                      with_entropy=with_entropy, with_values=value_head is not None)
+        return TokenScores(logp=logp, entropy=entropy, values=values)
+    return TokenScores(*_score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL,
+                               temperature, with_entropy))
+
+
+class Scorer(nn.Module):
+    """The learner's forward pass as one module: the causal LM (and value head) it holds, called
+    through this module's ``forward``. FSDP2 shards it with this module as the root, so every
+    parameter (also the LM head, tied to the embeddings) is gathered by the root's hooks."""
+
+    def __init__(self, model: nn.Module, value_head: ValueHead | None = None):
+        super().__init__()
+        self.model = model
+        self.value_head = value_head
+
+    def forward(self, input_ids_BL, attention_mask_BL, score_mask_BL, *, temperature: float = 1.0,
+                with_entropy: bool = True, with_values: bool = False):
+        return _score(self.model, self.value_head if with_values else None, input_ids_BL, attention_mask_BL,
+                      score_mask_BL, temperature, with_entropy)
+
+
+def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy):
     decoder, lm_head = _parts(model)
     hidden = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL).last_hidden_state
     sel = score_mask_BL[:, 1:].bool()
@@ -90,4 +116,4 @@ def token_logprobs(
     if value_head is not None:
         values = out.clone()
         values[:, 1:][sel] = value_head(h).float()
-    return TokenScores(logp=logp, entropy=entropy, values=values)
+    return logp, entropy, values

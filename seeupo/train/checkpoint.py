@@ -21,16 +21,18 @@ def trainable_state(named_params) -> dict[str, torch.Tensor]:
     return {n: p.detach().contiguous().clone() for n, p in named_params}
 
 
-def save(folder: Path, *, iteration: int, named_params, optimizer, state: dict, config_yaml: str,
-         reference: dict[str, torch.Tensor] | None = None) -> Path:
+def save(folder: Path, *, iteration: int, tensors: dict[str, torch.Tensor], optimizer_state: dict, state: dict,
+         config_yaml: str, reference: dict[str, torch.Tensor] | None = None) -> Path:
+    """``tensors``: the trainable parameters by name, whole (not sharded); ``optimizer_state``: the
+    optimizer's ``state_dict()`` with whole tensors. Written by one process."""
     root = folder / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter-{iteration:06d}"
     tmp = root / f".tmp-{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file(trainable_state(named_params), tmp / "trainable.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    save_file({n: t.detach().contiguous() for n, t in tensors.items()}, tmp / "trainable.safetensors")
+    torch.save(optimizer_state, tmp / "optimizer.pt")
     if reference is not None:  # the KL reference policy's trainable tensors
         save_file(reference, tmp / "reference.safetensors")
     (tmp / "state.json").write_text(json.dumps({**state, "iteration": iteration}, indent=1))
@@ -54,6 +56,10 @@ def latest(folder: Path) -> Path | None:
 
 
 def load(path: Path, named_params, optimizer) -> dict:
+    """Whole tensors into the parameters (this process's shard of each where they are sharded), so
+    a checkpoint loads into any number of processes."""
+    from seeupo.train.parallel import like, shard_optimizer_state
+
     tensors = load_file(path / "trainable.safetensors")
     params = dict(named_params)
     missing = set(params) - set(tensors)
@@ -62,12 +68,13 @@ def load(path: Path, named_params, optimizer) -> dict:
                          "with another model or LoRA setting? (see its config.yaml)")
     with torch.no_grad():
         for n, p in params.items():
-            p.copy_(tensors[n])
+            p.copy_(like(tensors[n], p))
     if optimizer is not None:
         # The config in force wins over hyper-parameters stored with the optimizer state (a resumed
         # run with a new learning rate must use it, not silently keep the old one).
         current = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(shard_optimizer_state(torch.load(path / "optimizer.pt", weights_only=True),
+                                                        optimizer))
         for group, hyper in zip(optimizer.param_groups, current):
             group.update(hyper)
     return json.loads((path / "state.json").read_text())

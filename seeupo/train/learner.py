@@ -45,10 +45,12 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
     values = torch.zeros_like(logp) if value_head is not None else None
     was_training = model.training
     model.eval()
-    for idx in parallel.mine(micro_batches(rows, budget_tokens)):
+    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens)):
         mb = rows.select(idx)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
                            temperature=temperature, value_head=value_head, with_entropy=False)
+        if not real:
+            continue
         w = mb.input_ids.shape[1]
         logp[idx, :w] = s.logp
         if values is not None:
@@ -130,7 +132,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     grads = parallel.GradAccumulator(params)
     fused_slr = torch.zeros(len(inp.rows)) if inp.factor_mask is not None else None
     sums["logp_gap_max"] = 0.0
-    for idx in parallel.mine(micro_batches(inp.rows, budget_tokens)):
+    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens)):
         mb = inp.rows.select(idx)
         w = mb.input_ids.shape[1]
         fm = inp.factor_mask[idx, :w] if inp.factor_mask is not None else None
@@ -141,11 +143,16 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         factor = inp.factor[idx] if inp.factor is not None else None
         if inp.factor_mask is not None:  # fused: the previous turn's ratio from this same forward
             slr = sequence_log_ratio(s.logp.detach(), mb.old_logp, fm)
-            fused_slr[idx] = slr
+            if real:
+                fused_slr[idx] = slr
             factor = update_factor(factor, torch.arange(len(idx)), slr, clip=inp.factor_clip)
         pl, m = loss_fn(s.logp, mb.old_logp, adv, mb.loss_mask, clip_eps=spec.clip_eps,
                         clip_eps_high=spec.clip_eps_high, factor_N=factor, agg=spec.agg, denom=denom)
         loss = pl
+        if not real:  # an extra pass that only takes part in FSDP2's collectives
+            (loss * 0.0).backward()
+            grads.add()
+            continue
         share = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
         if spec.kl_coef > 0 and inp.ref_logp is not None:
             kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w]), mb.loss_mask) / max(n_tokens, 1.0)
@@ -169,10 +176,10 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     parallel.reduce_scalars(sums, maxima=("logp_gap_max",))
     if fused_slr is not None:
         parallel.sum_(fused_slr)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf"))
+    grad_norm = parallel.clip_grad_norm_(params, grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    sums["grad_norm"] = float(grad_norm)
+    sums["grad_norm"] = grad_norm
     if fused_slr is not None:
         sums["fused_slr"] = fused_slr  # [R] the previous turn's log ratio per row (popped by the driver)
     return sums

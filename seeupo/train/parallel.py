@@ -20,13 +20,18 @@ The scheme (docs/scale.md):
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
+_STRATEGY = "ddp"
+
 
 def init(strategy: str = "ddp") -> None:
     """Join the process group when launched with several processes (``WORLD_SIZE`` > 1)."""
+    global _STRATEGY
+    _STRATEGY = strategy
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return
     from accelerate import PartialState
@@ -57,6 +62,21 @@ def barrier() -> None:
 def mine(items: list) -> list:
     """This process's share of ``items`` (every ``world``-th one, starting at its rank)."""
     return items[rank()::world()]
+
+
+def sharded() -> bool:
+    """Parameters sharded with FSDP2 (every process must then run the same number of passes)."""
+    return _STRATEGY == "fsdp2" and world() > 1
+
+
+def mine_padded(items: list) -> list[tuple[object, bool]]:
+    """``mine`` as ``(item, real)`` pairs. With sharded parameters every forward and backward is a
+    collective, so processes with fewer items get extra ``(items[0], False)`` entries: run them
+    and discard the result (a zero loss still takes part in the gradient reduction)."""
+    share = [(x, True) for x in mine(items)]
+    if sharded() and items:
+        share += [(items[0], False)] * (-(-len(items) // world()) - len(share))
+    return share
 
 
 def gather_ordered(local: list, n: int) -> list:
@@ -104,6 +124,87 @@ def broadcast_object(obj):
     return box[0]
 
 
+def is_dtensor(t) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor (a collective for a sharded one: every process must call it)."""
+    return t.full_tensor() if is_dtensor(t) else t
+
+
+def like(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """A whole tensor laid out like ``param`` (this process's shard of it when ``param`` is sharded)."""
+    if not is_dtensor(param):
+        return value
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(value.to(param.dtype), param.device_mesh, param.placements, src_data_rank=None)
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """``optimizer.state_dict()`` with whole tensors (collective with sharded parameters)."""
+    sd = optimizer.state_dict()
+    sd["state"] = {i: {k: full(v) if torch.is_tensor(v) else v for k, v in st.items()}
+                   for i, st in sd["state"].items()}
+    return sd
+
+
+def shard_optimizer_state(sd: dict, optimizer: torch.optim.Optimizer) -> dict:
+    """A whole-tensor optimizer state laid out like this process's parameters (for any process count)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    sd["state"] = {i: {k: like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape else v
+                       for k, v in st.items()} for i, st in sd["state"].items()}
+    return sd
+
+
+def shard(scorer: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: each decoder layer its own unit, the ``Scorer`` (embeddings, LM head, norm, value
+    head) the root. Gradients are summed, not averaged, over processes: the loss already carries
+    the global denominator."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from seeupo.models.policy import _parts
+
+    for layer in _parts(scorer.model)[0].layers:
+        fully_shard(layer)
+    fully_shard(scorer)
+    units = [m for m in scorer.modules() if isinstance(m, FSDPModule)]
+    for m in units:
+        m.set_gradient_divide_factor(1.0)
+        m.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no pre-multiplied sum)
+    with torch.no_grad():  # a first pass through the root, so that it (not a layer) is FSDP's root
+        ids = torch.zeros(1, 2, dtype=torch.long)
+        scorer(ids, torch.ones_like(ids), torch.ones_like(ids), with_entropy=False)
+    scorer.set_reshard_after_forward(True, recurse=False)  # no stale gathered weights between passes
+    scorer.reshard()
+    return scorer
+
+
+@contextmanager
+def gathered(scorer: torch.nn.Module | None):
+    """Whole parameters on every process for generation (Hugging Face ``generate`` calls the model
+    directly, a different number of times on each process): gathered once, kept through every
+    forward, resharded at the end."""
+    if scorer is None:
+        yield
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in scorer.modules() if isinstance(m, FSDPModule)]
+    for m in units:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in units:
+            m.set_reshard_after_forward(True, recurse=False)
+            m.reshard()
+
+
 class GradAccumulator:
     """Gradients of one optimizer step, accumulated in float64 over micro-batches and processes.
 
@@ -113,6 +214,8 @@ class GradAccumulator:
     """
 
     def __init__(self, params: list[torch.nn.Parameter]):
+        # frozen parameters (embeddings during RL) get no gradient, even where FSDP2 computed one
+        self.frozen = [p for p in params if not p.requires_grad]
         self.params = [p for p in params if p.requires_grad]
         self.acc: list[torch.Tensor | None] = [None] * len(self.params)
 
@@ -126,14 +229,43 @@ class GradAccumulator:
 
     def finish(self) -> None:
         self.add()
-        if world() > 1 and self.params:
+        for p in self.frozen:
+            p.grad = None
+        # replicated parameters: sum over processes here (sharded ones: FSDP2 reduce-scattered them)
+        rep = [i for i, p in enumerate(self.params) if not is_dtensor(p)]
+        if world() > 1 and rep:
             # which parameters got a gradient anywhere (None stays None: Adam skips those, as alone)
-            has = torch.tensor([a is not None for a in self.acc], dtype=torch.float64)
-            flat = torch.cat([has] + [(a if a is not None else torch.zeros(p.numel(), dtype=torch.float64)).reshape(-1)
-                                      for a, p in zip(self.acc, self.params)])
+            has = torch.tensor([self.acc[i] is not None for i in rep], dtype=torch.float64)
+            flat = torch.cat([has] + [(self.acc[i] if self.acc[i] is not None
+                                       else torch.zeros(self.params[i].numel(), dtype=torch.float64)).reshape(-1)
+                                      for i in rep])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            has, *parts = torch.split(flat, [len(self.params)] + [p.numel() for p in self.params])
-            self.acc = [a if h > 0 else None for a, h in zip(parts, has.tolist())]
+            has, *parts = torch.split(flat, [len(rep)] + [self.params[i].numel() for i in rep])
+            for i, a, h in zip(rep, parts, has.tolist()):
+                self.acc[i] = a if h > 0 else None
         for a, p in zip(self.acc, self.params):
             p.grad = None if a is None else a.reshape(p.shape).to(p.dtype)
         self.acc = [None] * len(self.params)
+
+
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float | None) -> float:
+    """The global gradient norm (and clipping to ``max_norm``), the same number whatever the
+    process count: squares summed in float64, sharded gradients' partial sums added over processes."""
+    grads = [p.grad for p in params if p.grad is not None]
+    shard_sq = torch.zeros((), dtype=torch.float64)
+    whole_sq = torch.zeros((), dtype=torch.float64)
+    for g in grads:
+        if is_dtensor(g):
+            shard_sq += g.to_local().double().pow(2).sum()
+        else:
+            whole_sq += g.double().pow(2).sum()
+    if sharded():
+        dist.all_reduce(shard_sq, op=dist.ReduceOp.SUM)
+    total = float((shard_sq + whole_sq).sqrt())
+    if max_norm is not None and total > 0:
+        coef = max_norm / (total + 1e-6)
+        if coef < 1.0:
+            with torch.no_grad():
+                for g in grads:
+                    g.mul_(coef)
+    return total

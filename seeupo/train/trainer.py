@@ -22,7 +22,7 @@ from seeupo.core.metrics import avg_at_k, pass_at_k
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.envs.base import make_family
 from seeupo.models.loading import DEFAULT_MODEL, load_model
-from seeupo.models.policy import ValueHead, apply_lora
+from seeupo.models.policy import Scorer, ValueHead, apply_lora
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
@@ -122,6 +122,9 @@ class Trainer:
         self.value_head = None
         if self.algo.estimator == "gae":
             self.value_head = ValueHead(model.config.hidden_size)
+        # the module the learner runs: the model itself, or with FSDP2 the sharded Scorer around it
+        self.scorer = parallel.shard(Scorer(model, self.value_head)) if parallel.sharded() else None
+        self.learner_model = self.scorer if self.scorer is not None else model
         self.named_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if self.value_head is not None:
             self.named_params += [(f"value_head.{n}", p) for n, p in self.value_head.named_parameters()]
@@ -163,7 +166,7 @@ class Trainer:
         mine = parallel.mine(jobs)
         tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine))
         try:
-            with torch.no_grad():
+            with torch.no_grad(), parallel.gathered(self.scorer):
                 episodes = run_episodes(policy, self.chat, self.family, mine, self.limits, on_progress=tick)
             episodes = parallel.gather_ordered(episodes, len(jobs))
         finally:
@@ -188,13 +191,13 @@ class Trainer:
         chosen = rng.sample(pool, min(cfg.rollout.tasks_per_iteration, len(pool)))
         jobs = [(t, b, g, derive_seed(cfg.run.seed, "episode", iteration, t.id, g))
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
-        with torch.no_grad():  # each process runs its share; every process gets all, in job order
+        with torch.no_grad(), parallel.gathered(self.scorer):  # each process runs its share; all get all
             local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits)
         return parallel.gather_ordered(local, len(jobs))
 
     def _reference_logp(self, rows):
         with swapped(self.named_params, self.reference_state):
-            logp, _ = score(self.model, rows, temperature=self.cfg.rollout.temperature,
+            logp, _ = score(self.learner_model, rows, temperature=self.cfg.rollout.temperature,
                             budget_tokens=self.cfg.optim.micro_batch_tokens)
         return logp
 
@@ -223,7 +226,7 @@ class Trainer:
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         groups = torch.tensor([e.group for e in episodes])
         pad = self.tokenizer.pad_token_id
-        ctx = UpdateContext(self.model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
+        ctx = UpdateContext(self.learner_model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
                             cfg.optim.grad_clip, cfg.algo.epochs or algo.epochs, cfg.algo.minibatches,
                             torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head,
                             self._reference_logp)
@@ -231,7 +234,7 @@ class Trainer:
         per_turn: dict = {}
         if algo.estimator == "gae":
             rows = trajectory_rows(episodes, pad)
-            _, old_values = score(self.model, rows, temperature=cfg.rollout.temperature,
+            _, old_values = score(self.learner_model, rows, temperature=cfg.rollout.temperature,
                                   budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head)
             r_tok = torch.zeros(rows.input_ids.shape)
             for i, e in enumerate(episodes):
@@ -282,12 +285,16 @@ class Trainer:
 
     def _save(self, iteration: int) -> None:
         self.state["wall_seconds"] = self._wall()
+        # whole tensors (every process takes part in gathering sharded ones), written by the main process
+        tensors = {n: parallel.full(p.detach()) for n, p in self.named_params}
+        opt_state = parallel.full_optimizer_state(self.optimizer)
+        ref = {n: parallel.full(v) for n, v in self.reference_state.items()} if self.reference_state else None
         if not parallel.is_main():
             parallel.barrier()
             return
-        checkpoint.save(self.out, iteration=iteration, named_params=self.named_params, optimizer=self.optimizer,
+        checkpoint.save(self.out, iteration=iteration, tensors=tensors, optimizer_state=opt_state,
                         state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
-                        reference=self.reference_state)
+                        reference=ref)
         parallel.barrier()
 
     def run(self, progress=None) -> dict:
@@ -303,7 +310,9 @@ class Trainer:
                 raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
             self.state = checkpoint.load(ck, self.named_params, self.optimizer)
             if cfg.algo.kl_coef > 0:
-                self.reference_state = checkpoint.load_reference(ck) or checkpoint.trainable_state(self.named_params)
+                ref = checkpoint.load_reference(ck)
+                self.reference_state = ({n: parallel.like(ref[n], p) for n, p in self.named_params if n in ref}
+                                        if ref else checkpoint.trainable_state(self.named_params))
             start = self.state["iteration"]
             self._wall_prior = self.state.get("wall_seconds", 0.0)
             if start >= cfg.run.iterations:
@@ -321,7 +330,7 @@ class Trainer:
                     done = iter(range(1, steps + 1))
                     try:
                         self.state["warmup"] = warmup(
-                            self.model, self.params, self.chat, self.family, self.limits, cfg.warmup,
+                            self.learner_model, self.params, self.chat, self.family, self.limits, cfg.warmup,
                             seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens,
                             progress=(lambda loss: tick(next(done))) if tick else None)
                     finally:
@@ -357,7 +366,7 @@ class Trainer:
         finally:
             log.close()
         with torch.no_grad():
-            l2 = float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in self.params)))
+            l2 = float(torch.sqrt(sum((parallel.full(p.detach()).double() ** 2).sum() for p in self.params)))
         summary = {
             "algorithm": cfg.algo.name, "model": cfg.model.name, "env": cfg.env.name, "seed": cfg.run.seed,
             "eval_before": self.state["eval_before"], "eval_after": ev.as_dict(),

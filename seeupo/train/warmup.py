@@ -44,16 +44,16 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             opt.zero_grad(set_to_none=True)
             total = 0.0
             grads = parallel.GradAccumulator(params)
-            for idx in parallel.mine(micro_batches(batch, budget_tokens)):
+            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens)):
                 mb = batch.select(idx)
                 s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False)
-                loss = -(s.logp * mb.loss_mask).sum() / n_tok
+                loss = -(s.logp * mb.loss_mask).sum() / n_tok * (1.0 if real else 0.0)
                 loss.backward()
                 grads.add()
                 total += loss.item()
             grads.finish()
             total = parallel.reduce_scalars({"loss": total})["loss"]
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            parallel.clip_grad_norm_(params, 1.0)
             opt.step()
             losses.append(total)
             if progress:
