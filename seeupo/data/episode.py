@@ -81,6 +81,12 @@ class Rows:
         width = int(sub.attention_mask.sum(-1).max()) if len(sub) else 0
         return sub.trim(width)
 
+    def to(self, device) -> "Rows":
+        """The rows on ``device`` (the same object's tensors where they are there already)."""
+        return Rows(*(getattr(self, f).to(device) for f in ("input_ids", "attention_mask", "loss_mask", "old_logp",
+                                                             "episode", "turn")),
+                    token_turn=None if self.token_turn is None else self.token_turn.to(device))
+
     def trim(self, width: int) -> "Rows":
         return Rows(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, :width],
                     self.old_logp[:, :width], self.episode, self.turn,

@@ -101,6 +101,8 @@ class HFSampler:
         for i, p in enumerate(prompts):  # left padding
             ids[i, width - len(p):] = torch.tensor(p)
             att[i, width - len(p):] = 1
+        dev = next(self.model.parameters()).device
+        ids, att = ids.to(dev), att.to(dev)
         pos = (att.cumsum(-1) - 1).clamp_min(0)
         cache = DynamicCache()
         samples = [Sample([], [], False) for _ in range(n)]
@@ -110,7 +112,7 @@ class HFSampler:
             if not any(live):
                 break
             logits = self.model(input_ids=step_input, attention_mask=att, position_ids=step_pos,
-                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1].float()
+                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1].float().cpu()
             t = self.temperature if self.temperature > 0 else 1.0
             logp_all = torch.log_softmax(logits / t, -1)
             nxt = torch.full((n,), self.pad_id, dtype=torch.long)
@@ -128,8 +130,8 @@ class HFSampler:
                     smp.finished, live[i] = True, False
                 elif len(smp.ids) >= max_new[i]:
                     live[i] = False
-            step_input = nxt.unsqueeze(-1)
+            step_input = nxt.unsqueeze(-1).to(dev)
             step_pos = step_pos[:, -1:] + 1
-            att = torch.cat([att, torch.ones(n, 1, dtype=torch.long)], -1)
+            att = torch.cat([att, torch.ones(n, 1, dtype=torch.long, device=dev)], -1)
         self.model.train(was_training)
         return samples

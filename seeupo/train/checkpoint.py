@@ -31,10 +31,10 @@ def save(folder: Path, *, iteration: int, tensors: dict[str, torch.Tensor], opti
     tmp = root / f".tmp-{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file({n: t.detach().contiguous() for n, t in tensors.items()}, tmp / "trainable.safetensors")
+    save_file({n: t.detach().cpu().contiguous() for n, t in tensors.items()}, tmp / "trainable.safetensors")
     torch.save(optimizer_state, tmp / "optimizer.pt")
     if reference is not None:  # the KL reference policy's trainable tensors
-        save_file(reference, tmp / "reference.safetensors")
+        save_file({n: v.detach().cpu().contiguous() for n, v in reference.items()}, tmp / "reference.safetensors")
     (tmp / "state.json").write_text(json.dumps({**state, "iteration": iteration}, indent=1))
     (tmp / "config.yaml").write_text(config_yaml)
     shutil.rmtree(final, ignore_errors=True)
@@ -73,7 +73,7 @@ def load(path: Path, named_params, optimizer) -> dict:
         # The config in force wins over hyper-parameters stored with the optimizer state (a resumed
         # run with a new learning rate must use it, not silently keep the old one).
         current = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        optimizer.load_state_dict(shard_optimizer_state(torch.load(path / "optimizer.pt", weights_only=True),
+        optimizer.load_state_dict(shard_optimizer_state(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"),
                                                         optimizer))
         for group, hyper in zip(optimizer.param_groups, current):
             group.update(hyper)

@@ -115,6 +115,7 @@ class RunConfig(Strict):
     iterations: int = Field(20, ge=0, description="RL iterations")
     out: str = Field("runs/train", description="run folder")
     checkpoint_every: int = Field(5, ge=0, description="checkpoint every N iterations (0: only at the end)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: this process's GPU when CUDA is available, else the CPU")
     loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(["jsonl", "tensorboard"], description="metric sinks")
 
 

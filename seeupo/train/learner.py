@@ -19,6 +19,10 @@ from seeupo.models.policy import ValueHead, token_logprobs
 from seeupo.train import parallel
 
 
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
     """Index groups whose padded size (rows x longest row) stays within ``budget_tokens``
     (a single longer row gets its own group). Longest rows first."""
@@ -45,16 +49,17 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
     values = torch.zeros_like(logp) if value_head is not None else None
     was_training = model.training
     model.eval()
+    dev = model_device(model)
     for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens)):
-        mb = rows.select(idx)
+        mb = rows.select(idx).to(dev)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
                            temperature=temperature, value_head=value_head, with_entropy=False)
         if not real:
             continue
         w = mb.input_ids.shape[1]
-        logp[idx, :w] = s.logp
+        logp[idx, :w] = s.logp.cpu()
         if values is not None:
-            values[idx, :w] = s.values
+            values[idx, :w] = s.values.cpu()
     model.train(was_training)
     parallel.sum_(logp)  # each process filled its own rows
     if values is not None:
@@ -132,20 +137,21 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     grads = parallel.GradAccumulator(params)
     fused_slr = torch.zeros(len(inp.rows)) if inp.factor_mask is not None else None
     sums["logp_gap_max"] = 0.0
+    dev = model_device(model)
     for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens)):
-        mb = inp.rows.select(idx)
+        mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]
-        fm = inp.factor_mask[idx, :w] if inp.factor_mask is not None else None
+        fm = inp.factor_mask[idx, :w].to(dev) if inp.factor_mask is not None else None
         scored = mb.loss_mask if fm is None else (mb.loss_mask.bool() | fm.bool()).long()
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, scored, temperature=spec.temperature,
                            value_head=value_head)
-        adv = inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]
-        factor = inp.factor[idx] if inp.factor is not None else None
+        adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
+        factor = inp.factor[idx].to(dev) if inp.factor is not None else None
         if inp.factor_mask is not None:  # fused: the previous turn's ratio from this same forward
             slr = sequence_log_ratio(s.logp.detach(), mb.old_logp, fm)
             if real:
-                fused_slr[idx] = slr
-            factor = update_factor(factor, torch.arange(len(idx)), slr, clip=inp.factor_clip)
+                fused_slr[idx] = slr.cpu()
+            factor = update_factor(factor, torch.arange(len(idx), device=dev), slr, clip=inp.factor_clip)
         pl, m = loss_fn(s.logp, mb.old_logp, adv, mb.loss_mask, clip_eps=spec.clip_eps,
                         clip_eps_high=spec.clip_eps_high, factor_N=factor, agg=spec.agg, denom=denom)
         loss = pl
@@ -155,11 +161,11 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             continue
         share = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
         if spec.kl_coef > 0 and inp.ref_logp is not None:
-            kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w]), mb.loss_mask) / max(n_tokens, 1.0)
+            kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w].to(dev)), mb.loss_mask) / max(n_tokens, 1.0)
             loss = loss + spec.kl_coef * kl
             sums["kl"] += kl.item()
         if value_head is not None and inp.returns is not None:
-            vl = 0.5 * masked_sum((s.values - inp.returns[idx, :w]) ** 2, mb.loss_mask) / max(n_tokens, 1.0)
+            vl = 0.5 * masked_sum((s.values - inp.returns[idx, :w].to(dev)) ** 2, mb.loss_mask) / max(n_tokens, 1.0)
             loss = loss + spec.vf_coef * vl
             sums["value_loss"] += vl.item()
         loss.backward()

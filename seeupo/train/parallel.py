@@ -36,10 +36,24 @@ def init(strategy: str = "ddp") -> None:
         return
     from accelerate import PartialState
 
-    PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
+    # gloo for CPU tensors (gathered episodes, per-row log-probs), nccl for GPU tensors (gradients)
+    PartialState(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     if not dist.is_initialized():  # accelerate decided this is not a distributed launch
         raise RuntimeError("WORLD_SIZE > 1 but no process group was set up: launch with torchrun or "
                            "accelerate launch (they set RANK, MASTER_ADDR and MASTER_PORT)")
+
+
+def device(choice: str = "auto") -> torch.device:
+    """``auto``: this process's GPU (``LOCAL_RANK``) when CUDA is available, else the CPU."""
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("run.device=cuda but torch sees no GPU (torch.cuda.is_available() is False)")
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device(choice)
 
 
 def world() -> int:
@@ -137,17 +151,18 @@ def full(t: torch.Tensor) -> torch.Tensor:
 
 def like(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """A whole tensor laid out like ``param`` (this process's shard of it when ``param`` is sharded)."""
-    if not is_dtensor(param):
-        return value
     from torch.distributed.tensor import distribute_tensor
 
-    return distribute_tensor(value.to(param.dtype), param.device_mesh, param.placements, src_data_rank=None)
+    value = value.to(device=param.device, dtype=param.dtype)
+    if not is_dtensor(param):
+        return value
+    return distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
 
 
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
     """``optimizer.state_dict()`` with whole tensors (collective with sharded parameters)."""
     sd = optimizer.state_dict()
-    sd["state"] = {i: {k: full(v) if torch.is_tensor(v) else v for k, v in st.items()}
+    sd["state"] = {i: {k: full(v).cpu() if torch.is_tensor(v) else v for k, v in st.items()}
                    for i, st in sd["state"].items()}
     return sd
 
@@ -176,7 +191,7 @@ def shard(scorer: torch.nn.Module) -> torch.nn.Module:
         m.set_gradient_divide_factor(1.0)
         m.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no pre-multiplied sum)
     with torch.no_grad():  # a first pass through the root, so that it (not a layer) is FSDP's root
-        ids = torch.zeros(1, 2, dtype=torch.long)
+        ids = torch.zeros(1, 2, dtype=torch.long, device=next(scorer.parameters()).device)
         scorer(ids, torch.ones_like(ids), torch.ones_like(ids), with_entropy=False)
     scorer.set_reshard_after_forward(True, recurse=False)  # no stale gathered weights between passes
     scorer.reshard()
@@ -235,9 +250,10 @@ class GradAccumulator:
         rep = [i for i, p in enumerate(self.params) if not is_dtensor(p)]
         if world() > 1 and rep:
             # which parameters got a gradient anywhere (None stays None: Adam skips those, as alone)
-            has = torch.tensor([self.acc[i] is not None for i in rep], dtype=torch.float64)
+            dev = self.params[rep[0]].device
+            has = torch.tensor([self.acc[i] is not None for i in rep], dtype=torch.float64, device=dev)
             flat = torch.cat([has] + [(self.acc[i] if self.acc[i] is not None
-                                       else torch.zeros(self.params[i].numel(), dtype=torch.float64)).reshape(-1)
+                                       else torch.zeros(self.params[i].numel(), dtype=torch.float64, device=dev)).reshape(-1)
                                       for i in rep])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             has, *parts = torch.split(flat, [len(rep)] + [self.params[i].numel() for i in rep])
@@ -252,8 +268,9 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float | None) -> float
     """The global gradient norm (and clipping to ``max_norm``), the same number whatever the
     process count: squares summed in float64, sharded gradients' partial sums added over processes."""
     grads = [p.grad for p in params if p.grad is not None]
-    shard_sq = torch.zeros((), dtype=torch.float64)
-    whole_sq = torch.zeros((), dtype=torch.float64)
+    dev = grads[0].device if grads else None
+    shard_sq = torch.zeros((), dtype=torch.float64, device=dev)
+    whole_sq = torch.zeros((), dtype=torch.float64, device=dev)
     for g in grads:
         if is_dtensor(g):
             shard_sq += g.to_local().double().pow(2).sum()

@@ -113,7 +113,8 @@ class Trainer:
         dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
         lm = load_model(cfg.model.name, seed=cfg.run.seed, dtype=dtype)
         self.tokenizer = lm.tokenizer
-        model = lm.model
+        self.device = parallel.device(cfg.run.device)
+        model = lm.model.to(self.device)
         if cfg.model.lora:
             model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
         self.model = model
@@ -121,7 +122,7 @@ class Trainer:
         self.reference_state: dict[str, torch.Tensor] | None = None
         self.value_head = None
         if self.algo.estimator == "gae":
-            self.value_head = ValueHead(model.config.hidden_size)
+            self.value_head = ValueHead(model.config.hidden_size).to(self.device)
         # the module the learner runs: the model itself, or with FSDP2 the sharded Scorer around it
         self.scorer = parallel.shard(Scorer(model, self.value_head)) if parallel.sharded() else None
         self.learner_model = self.scorer if self.scorer is not None else model

@@ -17,7 +17,7 @@ from seeupo.models.policy import token_logprobs
 from seeupo.rollout.runner import run_episodes
 from seeupo.rollout.sampler import ScriptedPolicy
 from seeupo.train import parallel
-from seeupo.train.learner import micro_batches
+from seeupo.train.learner import micro_batches, model_device
 
 
 def demonstrations(chat, family, limits, *, n: int, seed: int):
@@ -45,7 +45,7 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             total = 0.0
             grads = parallel.GradAccumulator(params)
             for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens)):
-                mb = batch.select(idx)
+                mb = batch.select(idx).to(model_device(model))
                 s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False)
                 loss = -(s.logp * mb.loss_mask).sum() / n_tok * (1.0 if real else 0.0)
                 loss.backward()
