@@ -101,7 +101,9 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
     hidden = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL).last_hidden_state
     sel = score_mask_BL[:, 1:].bool()
     h = hidden[:, :-1][sel]  # [K, H] states that predict the scored tokens
-    logits = lm_head(h).float() / temperature
+    logits = lm_head(h).float()
+    if temperature != 1.0:  # a [K, vocab] division and its backward: skipped when it is a no-op
+        logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)
     targets = input_ids_BL[:, 1:][sel]
     logp_K = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -110,8 +112,9 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
     logp[:, 1:][sel] = logp_K
     entropy = out.clone()
     if with_entropy:
-        with torch.no_grad():
-            entropy[:, 1:][sel] = -(logp_all.exp() * logp_all).sum(-1)
+        with torch.no_grad():  # in place: one [K, vocab] buffer instead of two
+            lp = logp_all.detach()
+            entropy[:, 1:][sel] = -lp.exp().mul_(lp).sum(-1)
     values = None
     if value_head is not None:
         values = out.clone()

@@ -238,8 +238,13 @@ class GradAccumulator:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            g = p.grad.detach().to(torch.float64)
-            self.acc[i] = g if self.acc[i] is None else self.acc[i].add_(g)
+            g = p.grad.detach()
+            if self.acc[i] is None:  # the first term stays as it is (exact either way)
+                self.acc[i] = g
+            else:
+                if self.acc[i].dtype != torch.float64:
+                    self.acc[i] = self.acc[i].to(torch.float64)
+                self.acc[i].add_(g.to(torch.float64))
             p.grad = None
 
     def finish(self) -> None:
@@ -252,7 +257,7 @@ class GradAccumulator:
             # which parameters got a gradient anywhere (None stays None: Adam skips those, as alone)
             dev = self.params[rep[0]].device
             has = torch.tensor([self.acc[i] is not None for i in rep], dtype=torch.float64, device=dev)
-            flat = torch.cat([has] + [(self.acc[i] if self.acc[i] is not None
+            flat = torch.cat([has] + [(self.acc[i].to(torch.float64) if self.acc[i] is not None
                                        else torch.zeros(self.params[i].numel(), dtype=torch.float64, device=dev)).reshape(-1)
                                       for i in rep])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)

@@ -1,0 +1,98 @@
+"""SeeUPO and GRPO learner time per iteration as episodes get longer (2, 4, 8, 16 turns) and as the
+mix of episode lengths changes, on synthetic stored episodes (fixed-size turns, random ids).
+
+    python benchmarks/turn_scaling.py --quick --json runs/bench/turn_scaling.json   # under 2 minutes
+    python benchmarks/turn_scaling.py --json runs/bench/turn_scaling_full.json       # SmolLM2-135M + LoRA
+
+For each setting it reports the rows in each SeeUPO turn pool, the tokens of the episodes
+(``trajectory_tokens``) and the tokens the turn pools hold (``turn_row_tokens``: turn ``t``'s row is
+the stream up to the end of turn ``t``, so this grows about quadratically with the number of turns),
+and fits log-log slopes of SeeUPO's time against both. Variants run interleaved, median of the
+timed rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import finish, loglog_slope, reset, score_sampling_logp, synthetic_episodes  # noqa: E402
+
+VARIANTS = {"seeupo": ["algo.name=seeupo"], "grpo": ["algo.name=grpo", "algo.rows=trajectory"]}
+
+
+def settings(quick: bool) -> dict[str, list[int]]:
+    """name -> turn count per episode (16 episodes: 4 tasks x 4)."""
+    fixed = {f"all_{T}": [T] * 16 for T in (2, 4, 8, 16)}
+    mixed = {"mixed_1_16": [1 + (i * 5) % 16 for i in range(16)],  # lengths spread over 1..16
+             "mostly_short_16": [2] * 12 + [16] * 4}  # a few long episodes among short ones
+    return fixed if quick else {**fixed, **mixed}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny model, fixed lengths only, 2 timed rounds")
+    ap.add_argument("--model", default=None, help="default: tiny-random:4x128 quick, smollm2-135m-instruct full")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    model = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
+    rounds = args.rounds or (2 if args.quick else 3)
+
+    from seeupo.data.episode import trajectory_rows, turn_rows
+    from seeupo.train.config import load_config
+    from seeupo.train.trainer import Trainer
+
+    common = [f"model.name={model}", f"model.lora={'false' if model.startswith('tiny') else 'true'}",
+              "rollout.max_turns=16", "rollout.max_context=4096", "warmup.enabled=off", "run.loggers=[]",
+              "run.out=/tmp/seeupo-bench"]
+    trainers = {n: Trainer(load_config("default", common + extra)) for n, extra in VARIANTS.items()}
+    base = trainers["seeupo"]
+    pad = base.tokenizer.pad_token_id
+    init = {n: p.detach().clone() for n, p in base.named_params}
+
+    results = {}
+    for name, lengths in settings(args.quick).items():
+        episodes = synthetic_episodes(lengths, vocab=len(base.tokenizer))
+        score_sampling_logp(base.model, episodes, pad)
+        pools = turn_rows(episodes, pad)
+        times = {v: [] for v in VARIANTS}
+        for r in range(rounds + 1):  # round 0 untimed
+            for v, tr in trainers.items():
+                reset(tr, init)
+                t0 = time.perf_counter()
+                tr.update(episodes, 0)
+                if r:
+                    times[v].append(time.perf_counter() - t0)
+        results[name] = {
+            "turns": lengths,
+            "rows_per_pool": {str(t): int((pools.turn == t).sum()) for t in sorted(set(pools.turn.tolist()))},
+            "trajectory_tokens": int(trajectory_rows(episodes, pad).attention_mask.sum()),
+            "turn_row_tokens": int(pools.attention_mask.sum()),
+            "seconds_median": {v: statistics.median(t) for v, t in times.items()},
+        }
+        m = results[name]["seconds_median"]
+        print(f"{name:16s} traj tokens {results[name]['trajectory_tokens']:6d}  turn-row tokens "
+              f"{results[name]['turn_row_tokens']:7d}  SeeUPO {m['seeupo']:6.2f} s  GRPO {m['grpo']:6.2f} s  "
+              f"ratio {m['seeupo'] / m['grpo']:.2f}")
+    names = list(results)
+    t_see = [results[n]["seconds_median"]["seeupo"] for n in names]
+    out = {
+        "model": model, "rounds": rounds, "settings": results,
+        "slope_seeupo_vs_turn_row_tokens": loglog_slope([results[n]["turn_row_tokens"] for n in names], t_see),
+        "slope_seeupo_vs_trajectory_tokens": loglog_slope([results[n]["trajectory_tokens"] for n in names], t_see),
+        "slope_grpo_vs_trajectory_tokens": loglog_slope([results[n]["trajectory_tokens"] for n in names],
+                                                        [results[n]["seconds_median"]["grpo"] for n in names]),
+    }
+    print(f"log-log slopes: SeeUPO time vs turn-row tokens {out['slope_seeupo_vs_turn_row_tokens']:.2f}, "
+          f"vs trajectory tokens {out['slope_seeupo_vs_trajectory_tokens']:.2f}; GRPO time vs trajectory tokens "
+          f"{out['slope_grpo_vs_trajectory_tokens']:.2f}")
+    return finish(out, "turn_scaling.py", argv, args.json)
+
+
+if __name__ == "__main__":
+    main()
