@@ -26,8 +26,8 @@ VARIANTS = {"seeupo": ["algo.name=seeupo"], "grpo": ["algo.name=grpo", "algo.row
 
 
 def settings(quick: bool) -> dict[str, list[int]]:
-    """name -> turn count per episode (16 episodes: 4 tasks x 4)."""
-    fixed = {f"all_{T}": [T] * 16 for T in (2, 4, 8, 16)}
+    """name -> turn count per episode (16 episodes, 4 tasks x 4; quick: 8, 2 tasks x 4)."""
+    fixed = {f"all_{T}": [T] * (8 if quick else 16) for T in (2, 4, 8, 16)}
     mixed = {"mixed_1_16": [1 + (i * 5) % 16 for i in range(16)],  # lengths spread over 1..16
              "mostly_short_16": [2] * 12 + [16] * 4}  # a few long episodes among short ones
     return fixed if quick else {**fixed, **mixed}
@@ -35,13 +35,13 @@ def settings(quick: bool) -> dict[str, list[int]]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="tiny model, fixed lengths only, 2 timed rounds")
+    ap.add_argument("--quick", action="store_true", help="tiny model, 8 episodes of fixed lengths, 1 timed round")
     ap.add_argument("--model", default=None, help="default: tiny-random:4x128 quick, smollm2-135m-instruct full")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     model = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 3)
 
     from seeupo.data.episode import trajectory_rows, turn_rows
     from seeupo.train.config import load_config
