@@ -270,24 +270,19 @@ class GradAccumulator:
 
 
 def clip_grad_norm_(params: list[torch.Tensor], max_norm: float | None) -> float:
-    """The global gradient norm (and clipping to ``max_norm``), the same number whatever the
-    process count: squares summed in float64, sharded gradients' partial sums added over processes."""
+    """The gradient norm (and clipping to ``max_norm``) exactly as ``torch.nn.utils.clip_grad_norm_``
+    computes it for one process. Sharded gradients are gathered whole for the norm (one extra
+    all-gather of the gradient per step): a norm from per-shard partial sums would round differently,
+    and with Adam that small difference grows into a different run."""
     grads = [p.grad for p in params if p.grad is not None]
-    dev = grads[0].device if grads else None
-    shard_sq = torch.zeros((), dtype=torch.float64, device=dev)
-    whole_sq = torch.zeros((), dtype=torch.float64, device=dev)
-    for g in grads:
-        if is_dtensor(g):
-            shard_sq += g.to_local().double().pow(2).sum()
-        else:
-            whole_sq += g.double().pow(2).sum()
-    if sharded():
-        dist.all_reduce(shard_sq, op=dist.ReduceOp.SUM)
-    total = float((shard_sq + whole_sq).sqrt())
-    if max_norm is not None and total > 0:
-        coef = max_norm / (total + 1e-6)
-        if coef < 1.0:
-            with torch.no_grad():
-                for g in grads:
-                    g.mul_(coef)
-    return total
+    if not grads:
+        return 0.0
+    if not any(is_dtensor(g) for g in grads):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf")))
+    total = torch.nn.utils.get_total_norm([full(g) for g in grads], 2.0)
+    if max_norm:
+        coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))  # float32, as torch's
+        with torch.no_grad():
+            for g in grads:
+                g.mul_(coef)
+    return float(total)
