@@ -65,7 +65,11 @@ def _convert_smollm2(target: Path) -> None:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process (torchrun, several runs) converted it first
+            if not (target / "model.safetensors").exists():
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -119,15 +119,28 @@ def _extend(rows: Rows, prev: Rows, turn: int, prev_turn: int) -> tuple[Rows, to
     return fused, (token_turn == prev_turn).long()
 
 
+def _fusing_pays(natural: Rows, prev: Rows, fused: Rows) -> bool:
+    """Whether the fused phase costs less than the separate one, counting a backward as two forwards:
+    fused = forward + backward over the longer rows; separate = a scoring forward over the previous
+    phase's rows + forward + backward over the natural rows. Fusing wins when the shared prefix
+    dominates the rows (long prompts, short turns) and loses when turns are long."""
+    def tok(r: Rows) -> int:
+        return int(r.attention_mask.sum())
+
+    return 3 * tok(fused) < tok(prev) + 3 * tok(natural)
+
+
 def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order: str,
-                      ratio_reference: str = "sampling", factor_clip=None, fuse: bool = True) -> tuple[dict, dict]:
+                      ratio_reference: str = "sampling", factor_clip=None,
+                      fuse: bool | str = "auto") -> tuple[dict, dict]:
     """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics).
 
     ``fuse``: when a phase trains turn ``t - 1`` right after the phase of turn ``t`` (the reverse
     order), with one optimizer step per pass and the sampling ratio reference, the factor's forward
     pass for turn ``t`` is fused into the first step of the next phase (SPEC §6): that phase's rows
     run to the end of turn ``t``, so one forward gives both turn ``t``'s ratio under the updated
-    parameters and the log-probs to train turn ``t - 1`` on. Otherwise a separate scoring pass."""
+    parameters and the log-probs to train turn ``t - 1`` on. Otherwise a separate scoring pass.
+    ``fuse="auto"`` fuses a phase only when that costs fewer token passes (``_fusing_pays``)."""
     E = adv_E.shape[0]
     factor = torch.ones(E, dtype=torch.float32)
     turns = sorted(set(pools.turn.tolist()))
@@ -144,9 +157,12 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         owed = prev[1] if prev is not None else None
         if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
             rows, fused_mask = _extend(rows, prev[0], phase[0], prev[1])
+            if fuse == "auto" and not _fusing_pays(natural, prev[0], rows):
+                rows, fused_mask = natural, None
+        if fused_mask is not None:
             if ref is not None:
                 ref = torch.nn.functional.pad(ref, (0, rows.input_ids.shape[1] - ref.shape[1]))
-        elif prev is not None:  # cannot fuse: the owed factor by a separate scoring pass
+        elif prev is not None:  # not fused: the owed factor by a separate scoring pass
             _settle(ctx, prev, per_turn, factor_clip, factor)
         prev = None
         if ratio_reference == "incremental":
