@@ -57,6 +57,28 @@ class TokenScores:
     logp: torch.Tensor  # [B, L] log-prob of input_ids[:, j] given the prefix; 0 where not scored
     entropy: torch.Tensor  # [B, L] entropy of that next-token distribution; 0 where not scored
     values: torch.Tensor | None  # [B, L] value of the state before token j (with a value head)
+    cont_logp: torch.Tensor | None = None  # [B, E] log-probs of the continuation's scored tokens (no grad)
+
+
+@dataclass
+class Continuation:
+    """Tokens that follow each (right-padded) row, scored without gradient from the rows' KV cache:
+    row ``b`` continues at position ``attention_mask[b].sum()``. SeeUPO's fused factor pass uses it
+    for the next turn's tokens, which cost a forward pass over themselves only."""
+
+    input_ids: torch.Tensor  # [B, E] right padding
+    attention_mask: torch.Tensor  # [B, E] 1 for real tokens
+    score_mask: torch.Tensor  # [B, E] tokens whose log-probs are wanted
+
+    def to(self, device) -> "Continuation":
+        return Continuation(self.input_ids.to(device), self.attention_mask.to(device), self.score_mask.to(device))
+
+    def select(self, idx) -> "Continuation":
+        """Rows ``idx``, trimmed to their longest continuation (at least one position, masked when
+        none of them continues: every micro-batch makes the same calls, as FSDP2 needs)."""
+        att = self.attention_mask[idx]
+        w = max(int(att.sum(-1).max()) if len(att) else 0, 1)
+        return Continuation(self.input_ids[idx][:, :w], att[:, :w], self.score_mask[idx][:, :w])
 
 
 def token_logprobs(
@@ -68,16 +90,19 @@ def token_logprobs(
     temperature: float = 1.0,
     value_head: ValueHead | None = None,
     with_entropy: bool = True,
+    continuation: Continuation | None = None,
 ) -> TokenScores:
     """Log-probs (at ``temperature``) of the tokens marked in ``score_mask_BL`` (position 0 is never
     scored). Shapes ``[B, L]``; right padding. ``model`` is a causal LM or a ``Scorer`` (which then
-    brings its own value head)."""
+    brings its own value head). ``continuation``: also score tokens that follow each row, without
+    gradient, from the rows' KV cache (``TokenScores.cont_logp``)."""
     if isinstance(model, Scorer):
-        logp, entropy, values = model(input_ids_BL, attention_mask_BL, score_mask_BL, temperature=temperature,
-                                      with_entropy=with_entropy, with_values=value_head is not None)
-        return TokenScores(logp=logp, entropy=entropy, values=values)
-    return TokenScores(*_score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL,
-                               temperature, with_entropy))
+        out = model(input_ids_BL, attention_mask_BL, score_mask_BL, temperature=temperature,
+                    with_entropy=with_entropy, with_values=value_head is not None, continuation=continuation)
+    else:
+        out = _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
+                     continuation)
+    return TokenScores(*out)
 
 
 class Scorer(nn.Module):
@@ -91,14 +116,22 @@ class Scorer(nn.Module):
         self.value_head = value_head
 
     def forward(self, input_ids_BL, attention_mask_BL, score_mask_BL, *, temperature: float = 1.0,
-                with_entropy: bool = True, with_values: bool = False):
+                with_entropy: bool = True, with_values: bool = False, continuation: Continuation | None = None):
         return _score(self.model, self.value_head if with_values else None, input_ids_BL, attention_mask_BL,
-                      score_mask_BL, temperature, with_entropy)
+                      score_mask_BL, temperature, with_entropy, continuation)
 
 
-def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy):
+def _cache_kw(decoder) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
+           continuation: Continuation | None = None):
     decoder, lm_head = _parts(model)
-    hidden = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL).last_hidden_state
+    dec_out = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL, use_cache=continuation is not None)
+    hidden = dec_out.last_hidden_state
     sel = score_mask_BL[:, 1:].bool()
     h = hidden[:, :-1][sel]  # [K, H] states that predict the scored tokens
     logits = lm_head(h).float()
@@ -119,4 +152,28 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
     if value_head is not None:
         values = out.clone()
         values[:, 1:][sel] = value_head(h).float()
-    return logp, entropy, values
+    cont_logp = None
+    if continuation is not None:
+        with torch.no_grad():
+            cont_logp = _continue(decoder, lm_head, dec_out, attention_mask_BL, continuation, temperature)
+    return logp, entropy, values, cont_logp
+
+
+def _continue(decoder, lm_head, dec_out, attention_mask_BL, c: Continuation, temperature: float) -> torch.Tensor:
+    """Log-probs of the continuation's scored tokens: one forward over the continuation alone,
+    attending to the rows' cached keys and values (padding in between is masked)."""
+    B, E = c.input_ids.shape
+    lens = attention_mask_BL.sum(-1)
+    cache = getattr(dec_out, "past_key_values", None) or getattr(dec_out, "cache", None)
+    pos = lens.unsqueeze(1) + torch.arange(E, device=lens.device)
+    h2 = decoder(input_ids=c.input_ids, attention_mask=torch.cat([attention_mask_BL, c.attention_mask], 1),
+                 position_ids=pos, use_cache=True, **{_cache_kw(decoder): cache}).last_hidden_state
+    last = dec_out.last_hidden_state.detach()[torch.arange(B, device=lens.device), (lens - 1).clamp_min(0)]
+    pred = torch.cat([last.unsqueeze(1), h2[:, :-1]], 1)  # the state before each continuation token
+    sel = c.score_mask.bool()
+    logits = lm_head(pred[sel]).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    out = torch.zeros(B, E, dtype=logits.dtype, device=logits.device)
+    out[sel] = torch.log_softmax(logits, -1).gather(-1, c.input_ids[sel].unsqueeze(-1)).squeeze(-1)
+    return out

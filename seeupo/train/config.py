@@ -58,8 +58,8 @@ class AlgoConfig(Strict):
     order: Optional[str] = Field(None, description="turn order override: reverse|natural|random|joint|window:W")
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
-    fuse_factor: bool | Literal["auto"] = Field("auto", description="SeeUPO: fuse the factor's forward pass into the "
-                                                "next turn's (SPEC §6); auto: where that costs fewer token passes")
+    fuse_factor: bool = Field(True, description="SeeUPO: fuse the factor's forward pass into the next turn's "
+                              "(SPEC §6): a cached continuation over the later turn's tokens only")
     placeholders: bool = Field(False, description="the authors' placeholder rows for unreached turns up to "
                                "rollout.max_turns: no loss, full compute, counted in the row mean (authors_code)")
     factor_clip: Optional[tuple[float, float]] = Field(None, description="clamp of each factor and the product")

@@ -15,7 +15,7 @@ import torch
 from seeupo.core.losses import get_kl, get_policy_loss, masked_sum, sequence_log_ratio
 from seeupo.core.schedule import update_factor
 from seeupo.data.episode import Rows
-from seeupo.models.policy import ValueHead, token_logprobs
+from seeupo.models.policy import Continuation, ValueHead, token_logprobs
 from seeupo.train import parallel
 
 
@@ -95,11 +95,17 @@ class StepInputs:
     ref_logp: torch.Tensor | None = None  # [R, L] reference log-probs (KL)
     returns: torch.Tensor | None = None  # [R, L] value targets (PPO)
     old_values: torch.Tensor | None = None  # [R, L] (PPO, for metrics)
-    # SeeUPO's fused factor pass: the rows also hold the previous phase's turn (``factor_mask``); this
-    # step's forward gives that turn's ratio under the current parameters, which multiplies ``factor``
-    # before the loss (clamped like ``core.update_factor`` with ``factor_clip``)
-    factor_mask: torch.Tensor | None = None  # [R, L]
+    # SeeUPO's fused factor pass: each row continues with the previous phase's turn (``cont``, scored
+    # from the row's KV cache without gradient); this step's forward gives that turn's ratio under the
+    # current parameters, which multiplies ``factor`` before the loss (clamped like
+    # ``core.update_factor`` with ``factor_clip``)
+    cont: Continuation | None = None  # [R, E]
+    cont_old_logp: torch.Tensor | None = None  # [R, E] sampling log-probs of the continuation
     factor_clip: tuple[float, float] | None = None
+
+    def cont_rows(self, idx) -> tuple[Continuation, torch.Tensor]:
+        c = self.cont.select(idx)
+        return c, self.cont_old_logp[idx][:, : c.input_ids.shape[1]]
 
 
 @dataclass
@@ -135,20 +141,22 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             "value_loss": 0.0}
     optimizer.zero_grad(set_to_none=True)
     grads = parallel.GradAccumulator(params)
-    fused_slr = torch.zeros(len(inp.rows)) if inp.factor_mask is not None else None
+    fused_slr = torch.zeros(len(inp.rows)) if inp.cont is not None else None
     sums["logp_gap_max"] = 0.0
     dev = model_device(model)
     for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens)):
         mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]
-        fm = inp.factor_mask[idx, :w].to(dev) if inp.factor_mask is not None else None
-        scored = mb.loss_mask if fm is None else (mb.loss_mask.bool() | fm.bool()).long()
-        s = token_logprobs(model, mb.input_ids, mb.attention_mask, scored, temperature=spec.temperature,
-                           value_head=value_head)
+        cont = c_old = None
+        if inp.cont is not None:
+            cont, c_old = inp.cont_rows(idx)
+            cont, c_old = cont.to(dev), c_old.to(dev)
+        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
+                           value_head=value_head, continuation=cont)
         adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
         factor = inp.factor[idx].to(dev) if inp.factor is not None else None
-        if inp.factor_mask is not None:  # fused: the previous turn's ratio from this same forward
-            slr = sequence_log_ratio(s.logp.detach(), mb.old_logp, fm)
+        if cont is not None:  # fused: the previous turn's ratio from this same forward
+            slr = sequence_log_ratio(s.cont_logp, c_old, cont.score_mask)
             if real:
                 fused_slr[idx] = slr.cpu()
             factor = update_factor(factor, torch.arange(len(idx), device=dev), slr, clip=inp.factor_clip)

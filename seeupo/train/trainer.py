@@ -256,8 +256,8 @@ class Trainer:
                 metrics, per_turn = sequential_update(ctx, pools, adv_E, order=order,
                                                       ratio_reference=cfg.algo.ratio_reference,
                                                       factor_clip=cfg.algo.factor_clip,
-                                                      fuse=(cfg.algo.fuse_factor
-                                                            if cfg.algo.turn_alignment == "from_start" else False))
+                                                      fuse=cfg.algo.fuse_factor
+                                                      and cfg.algo.turn_alignment == "from_start")
             else:
                 rows = (trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
                         else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))

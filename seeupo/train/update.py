@@ -17,6 +17,7 @@ import torch
 from seeupo.core.losses import sequence_log_ratio
 from seeupo.core.schedule import turn_order, update_factor
 from seeupo.data.episode import Rows
+from seeupo.models.policy import Continuation
 from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
 
 
@@ -46,8 +47,8 @@ def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
         return x[:, :w] if x.dim() == 2 else x
 
     return StepInputs(rows=rows, adv=cut(inp.adv), factor=cut(inp.factor), ref_logp=cut(inp.ref_logp),
-                      returns=cut(inp.returns), old_values=cut(inp.old_values), factor_mask=cut(inp.factor_mask),
-                      factor_clip=inp.factor_clip)
+                      returns=cut(inp.returns), old_values=cut(inp.old_values), cont=inp.cont and inp.cont.select(idx),
+                      cont_old_logp=None if inp.cont is None else inp.cont_rows(idx)[1], factor_clip=inp.factor_clip)
 
 
 def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dict]:
@@ -96,51 +97,41 @@ def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=N
     return metrics
 
 
-def _extend(rows: Rows, prev: Rows, turn: int, prev_turn: int) -> tuple[Rows, torch.Tensor]:
-    """The fused rows of a phase: an episode that also has a row in the previous phase uses that
-    longer row (it holds this turn as a prefix), trained on this turn's tokens; the returned mask
-    marks the previous turn's tokens, whose log-probs give the factor in the same forward pass."""
+def _continuation(rows: Rows, prev: Rows, prev_turn: int) -> tuple[Continuation, torch.Tensor] | None:
+    """What follows each row of this phase in the previous phase's row of the same episode (that row
+    holds this one as a prefix): the tokens up to the end of the previous phase's turn, with that
+    turn's tokens marked for scoring and their sampling log-probs. None if no row continues."""
     where = {int(e): j for j, e in enumerate(prev.episode.tolist())}
-    j = torch.tensor([where.get(int(e), -1) for e in rows.episode.tolist()], dtype=torch.long)
-    has = j >= 0
-    W = max(rows.input_ids.shape[1], prev.input_ids.shape[1])
-
-    def pick(a, b, value):
-        a = torch.nn.functional.pad(a, (0, W - a.shape[1]), value=value)
-        b = torch.nn.functional.pad(b, (0, W - b.shape[1]), value=value)
-        out = a.clone()
-        out[has] = b[j[has]]
-        return out
-
-    token_turn = pick(rows.token_turn, prev.token_turn, -1)
-    fused = Rows(pick(rows.input_ids, prev.input_ids, 0), pick(rows.attention_mask, prev.attention_mask, 0),
-                 (token_turn == turn).long(), pick(rows.old_logp, prev.old_logp, 0.0), rows.episode, rows.turn,
-                 token_turn)
-    return fused, (token_turn == prev_turn).long()
-
-
-def _fusing_pays(natural: Rows, prev: Rows, fused: Rows) -> bool:
-    """Whether the fused phase costs less than the separate one, counting a backward as two forwards:
-    fused = forward + backward over the longer rows; separate = a scoring forward over the previous
-    phase's rows + forward + backward over the natural rows. Fusing wins when the shared prefix
-    dominates the rows (long prompts, short turns) and loses when turns are long."""
-    def tok(r: Rows) -> int:
-        return int(r.attention_mask.sum())
-
-    return 3 * tok(fused) < tok(prev) + 3 * tok(natural)
+    nat = rows.attention_mask.sum(-1).tolist()
+    ends = prev.attention_mask.sum(-1).tolist()
+    spans = [(i, where[int(e)]) for i, e in enumerate(rows.episode.tolist()) if int(e) in where]
+    E = max((ends[j] - nat[i] for i, j in spans), default=0)
+    if E <= 0:
+        return None
+    R = len(rows)
+    ids, att = torch.zeros(R, E, dtype=torch.long), torch.zeros(R, E, dtype=torch.long)
+    scored, old = torch.zeros(R, E, dtype=torch.long), torch.zeros(R, E)
+    for i, j in spans:
+        a, b = nat[i], ends[j]
+        ids[i, : b - a] = prev.input_ids[j, a:b]
+        att[i, : b - a] = 1
+        scored[i, : b - a] = (prev.token_turn[j, a:b] == prev_turn).long()
+        old[i, : b - a] = prev.old_logp[j, a:b]
+    return Continuation(ids, att, scored), old
 
 
 def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order: str,
                       ratio_reference: str = "sampling", factor_clip=None,
-                      fuse: bool | str = "auto") -> tuple[dict, dict]:
+                      fuse: bool = True) -> tuple[dict, dict]:
     """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics).
 
     ``fuse``: when a phase trains turn ``t - 1`` right after the phase of turn ``t`` (the reverse
     order), with one optimizer step per pass and the sampling ratio reference, the factor's forward
-    pass for turn ``t`` is fused into the first step of the next phase (SPEC §6): that phase's rows
-    run to the end of turn ``t``, so one forward gives both turn ``t``'s ratio under the updated
-    parameters and the log-probs to train turn ``t - 1`` on. Otherwise a separate scoring pass.
-    ``fuse="auto"`` fuses a phase only when that costs fewer token passes (``_fusing_pays``)."""
+    pass for turn ``t`` is fused into the first step of the next phase (SPEC §6): that step's forward
+    over the rows of turn ``t - 1`` continues, without gradient and from the rows' KV cache, over
+    the tokens up to the end of turn ``t``, giving turn ``t``'s ratio under the updated parameters
+    for the cost of a forward over turn ``t``'s own tokens (not over the prefix again). Otherwise a
+    separate scoring pass."""
     E = adv_E.shape[0]
     factor = torch.ones(E, dtype=torch.float32)
     turns = sorted(set(pools.turn.tolist()))
@@ -152,17 +143,12 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     for k, phase in enumerate(phases):
         idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
         rows = natural = pools.select(idx)
-        fused_mask = None
-        ref = _reference(ctx, natural)  # on the natural rows: a fused row only adds later tokens
+        cont = None
+        ref = _reference(ctx, rows)
         owed = prev[1] if prev is not None else None
         if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
-            rows, fused_mask = _extend(rows, prev[0], phase[0], prev[1])
-            if fuse == "auto" and not _fusing_pays(natural, prev[0], rows):
-                rows, fused_mask = natural, None
-        if fused_mask is not None:
-            if ref is not None:
-                ref = torch.nn.functional.pad(ref, (0, rows.input_ids.shape[1] - ref.shape[1]))
-        elif prev is not None:  # not fused: the owed factor by a separate scoring pass
+            cont = _continuation(rows, prev[0], prev[1])
+        if cont is None and prev is not None:  # not fused: the owed factor by a separate scoring pass
             _settle(ctx, prev, per_turn, factor_clip, factor)
         prev = None
         if ratio_reference == "incremental":
@@ -171,15 +157,16 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
         inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=ref,
-                         factor_mask=fused_mask, factor_clip=factor_clip)
+                         cont=cont[0] if cont else None, cont_old_logp=cont[1] if cont else None,
+                         factor_clip=factor_clip)
         after_first = None
-        if fused_mask is not None:
-            def after_first(inp, slr, rows=rows, owed=owed, mask=fused_mask):
+        if cont is not None:
+            def after_first(inp, slr, rows=rows, owed=owed, mask=cont[0].score_mask):
                 has = mask.sum(-1) > 0
                 per_turn[owed]["ratio_mean"] = float(slr[has].exp().mean()) if bool(has.any()) else 1.0
                 factor.copy_(update_factor(factor, rows.episode[has], slr[has], clip=factor_clip))
-                return replace(inp, factor=factor[rows.episode], factor_mask=None)
-        f_diag = f_rows if fused_mask is None else None
+                return replace(inp, factor=factor[rows.episode], cont=None, cont_old_logp=None)
+        f_diag = f_rows if cont is None else None
         steps = run_phase(ctx, inp, after_first)
         all_steps += steps
         phase_m = _mean(steps)
@@ -190,7 +177,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
                            "factor_mean": float(f_sel.mean()), "factor_min": float(f_sel.min()),
                            "factor_max": float(f_sel.max()), "clipfrac": phase_m.get("clipfrac", 0.0),
                            "kl": phase_m.get("kl", 0.0), "entropy": phase_m.get("entropy", 0.0), "phase": k,
-                           "fused": fused_mask is not None}
+                           "fused": cont is not None}
         if k + 1 < len(phases):
             if can_fuse and len(phase) == 1:
                 prev = (natural, phase[0])  # settled by the next phase's first forward (or _settle)

@@ -90,9 +90,10 @@ def test_two_processes_match_one(single, tmp_path, algo):
     assert_same_run(single(algo), tmp_path / "ddp")
 
 
-def test_fsdp2_matches_one(single, tmp_path):
-    launch(tmp_path / "fsdp2", "--algo", "seeupo", "parallel.strategy=fsdp2", nproc=2)
-    assert_same_run(single("seeupo"), tmp_path / "fsdp2")
+@pytest.mark.parametrize("algo", ["seeupo", "grpo"])
+def test_fsdp2_matches_one(single, tmp_path, algo):
+    launch(tmp_path / "fsdp2", "--algo", algo, "parallel.strategy=fsdp2", nproc=2)
+    assert_same_run(single(algo), tmp_path / "fsdp2")
 
 
 def test_two_process_checkpoint_resumes_in_one(tmp_path):

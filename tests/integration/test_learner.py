@@ -1,6 +1,7 @@
 """Learner invariances and the SeeUPO schedule on a tiny random model."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -111,11 +112,21 @@ def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
     assert any(not torch.equal(p, q) for p, q in zip(a.params, tiny.model.parameters()))
 
 
-@pytest.mark.parametrize("epochs,kl", [(1, 0.0), (2, 0.0), (1, 0.5)])
-def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episodes, epochs, kl, monkeypatch):
-    """SPEC §6: the factor's forward pass fused into the next turn's pass changes no number."""
+def _first_turns(e, n: int):
+    """The episode cut after its first ``n`` turns (as if it had ended there)."""
+    end = e.turn_ends[n - 1]
+    return dataclasses.replace(e, ids=e.ids[:end], gen_mask=e.gen_mask[:end], turn_of=e.turn_of[:end],
+                               logp=e.logp[:end], turn_ends=e.turn_ends[:n], step_rewards=e.step_rewards[:n])
+
+
+@pytest.mark.parametrize("epochs,kl,budget", [(1, 0.0, 4096), (2, 0.0, 4096), (1, 0.5, 4096), (1, 0.0, 1)])
+def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episodes, epochs, kl, budget, monkeypatch):
+    """SPEC §6: the factor's forward pass fused into the next turn's pass changes no number (also
+    with one row per micro-batch, where rows of episodes that ended early continue with nothing)."""
     import seeupo.train.update as upd
 
+    episodes = [e if i % 2 else _first_turns(e, 2) for i, e in enumerate(episodes)]
+    assert len({e.n_turns for e in episodes}) > 1  # some rows have no later turn to continue with
     pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
     assert len(set(pools.turn.tolist())) >= 3
     adv = torch.linspace(-1, 1, len(episodes))
@@ -130,6 +141,7 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
     out = {}
     for fuse in (False, True):
         ctx = ctx_for(tiny.model, 0.5, epochs=epochs)
+        ctx.budget_tokens = budget
         if kl:
             ctx.spec = LossSpec("clip_sequence", kl_coef=kl)
             ref_model = copy.deepcopy(tiny.model)
