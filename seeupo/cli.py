@@ -107,7 +107,10 @@ def train(
     seed: Optional[int] = typer.Option(None, "--seed", help="run seed"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
 ) -> None:
-    """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after."""
+    """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after.
+
+    Several processes: torchrun --nproc_per_node N -m seeupo train ... or accelerate launch -m seeupo train ...
+    (parallel.strategy=ddp|fsdp2, run.device=auto|cpu|cuda; docs/scale.md)."""
 
     cfg = _build_config(preset, overrides, algo=algo, model=model, env=env, out=out, steps=steps, seed=seed,
                         resume=resume)
