@@ -42,7 +42,10 @@ class RolloutConfig(Strict):
     max_turns: int = Field(4, ge=1, description="most model calls per episode")
     max_new_tokens: int = Field(40, ge=1, description="most tokens per model call")
     max_context: int = Field(1024, ge=16, description="most tokens in an episode's stream")
-    backend: Literal["hf"] = Field("hf", description="generation backend")
+    backend: Literal["hf", "vllm"] = Field("hf", description="generation backend: hf (transformers) or vllm "
+                                           "(a vLLM engine in a worker process; docs/performance.md)")
+    vllm_python: Optional[str] = Field(None, description="rollout.backend=vllm: the Python of an environment with "
+                                       "vLLM (default: $SEEUPO_VLLM_PYTHON, else this Python)")
     batch_size: int = Field(64, ge=1, description="most episodes generated together")
 
 

@@ -134,9 +134,43 @@ class Trainer:
         self.chat = Chat(self.tokenizer)
         self.family = make_family(cfg.env.name, cfg.env.options)
         self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context)
-        self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
-                                 temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size)
+        self._weights_version = 0  # bumped whenever the learner changes the weights (the vLLM engine follows)
+        if cfg.rollout.backend == "vllm":
+            self.sampler = self._vllm_sampler()
+        else:
+            self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
+                                     temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size)
         self.state: dict = {}
+
+    def _vllm_sampler(self):
+        from seeupo.models.loading import resolve
+        from seeupo.rollout.vllm_backend import VLLMSampler
+
+        cfg = self.cfg
+        if parallel.world() > 1:
+            raise ValueError("rollout.backend=vllm runs in one process for now (docs/scale.md); "
+                             "use the hf backend with torchrun / accelerate launch")
+        base = None
+        if cfg.model.lora:  # the engine loads the base model itself and gets the adapters after each update
+            base = resolve(cfg.model.name)
+            if not Path(base).is_dir():
+                raise ValueError(f"rollout.backend=vllm with LoRA needs the base model in a local folder; "
+                                 f"{cfg.model.name!r} is not one (tiny models: model.lora=false)")
+        return VLLMSampler(self.model, self.tokenizer, base_dir=base, workdir=self.out / "vllm",
+                           eos_ids=[self.chat.eos_id], temperature=cfg.rollout.temperature,
+                           max_model_len=cfg.rollout.max_context, python=cfg.rollout.vllm_python,
+                           seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None)
+
+    def _weights_changed(self) -> None:
+        self._weights_version += 1
+
+    def _sync_sampler(self) -> None:
+        if hasattr(self.sampler, "sync"):
+            self.sampler.sync(self._weights_version)
+
+    def close(self) -> None:
+        if hasattr(self.sampler, "close"):
+            self.sampler.close()
 
     # ----------------------------------------------------------------- helpers
     def _say(self, msg: str) -> None:
@@ -165,6 +199,8 @@ class Trainer:
             old_t = self.sampler.temperature
             self.sampler.temperature = cfg.eval.temperature or cfg.rollout.temperature
         mine = parallel.mine(jobs)
+        if policy is self.sampler:
+            self._sync_sampler()
         tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine))
         try:
             with torch.no_grad(), parallel.gathered(self.scorer):
@@ -192,6 +228,7 @@ class Trainer:
         chosen = rng.sample(pool, min(cfg.rollout.tasks_per_iteration, len(pool)))
         jobs = [(t, b, g, derive_seed(cfg.run.seed, "episode", iteration, t.id, g))
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
+        self._sync_sampler()
         with torch.no_grad(), parallel.gathered(self.scorer):  # each process runs its share; all get all
             local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits)
         return parallel.gather_ordered(local, len(jobs))
@@ -217,6 +254,7 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         record = self.update(episodes, it)
+        self._weights_changed()
         record.update({"lr": lr, "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll})
         return record
 
@@ -310,6 +348,7 @@ class Trainer:
             if ck is None:
                 raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
             self.state = checkpoint.load(ck, self.named_params, self.optimizer)
+            self._weights_changed()
             if cfg.algo.kl_coef > 0:
                 ref = checkpoint.load_reference(ck)
                 self.reference_state = ({n: parallel.like(ref[n], p) for n, p in self.named_params if n in ref}
@@ -336,6 +375,7 @@ class Trainer:
                             progress=(lambda loss: tick(next(done))) if tick else None)
                     finally:
                         close()
+                    self._weights_changed()
                 if cfg.algo.kl_coef > 0:
                     self.reference_state = checkpoint.trainable_state(self.named_params)
                 ev = self.evaluate()
@@ -366,6 +406,7 @@ class Trainer:
             log.log({"iteration": max(cfg.run.iterations, start), "eval": ev.as_dict(), "final": True})
         finally:
             log.close()
+            self.close()
         with torch.no_grad():
             l2 = float(torch.sqrt(sum((parallel.full(p.detach()).double() ** 2).sum() for p in self.params)))
         summary = {
