@@ -50,12 +50,13 @@ def vllm_python(configured: str | None = None) -> str | None:
 class VLLMSampler:
     def __init__(self, model, tokenizer, *, base_dir: str | None, workdir: Path, eos_ids: list[int],
                  temperature: float, max_model_len: int, python: str | None = None, seed: int = 0,
-                 lora_rank: int | None = None):
+                 lora_rank: int | None = None, memory_utilization: float = 0.3):
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids, self.temperature = list(eos_ids), temperature
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.max_model_len, self.seed, self.lora_rank = max_model_len, seed, lora_rank
+        self.memory_utilization = memory_utilization
         self.base_dir = base_dir
         py = vllm_python(python)
         if py is None or not Path(py).exists():
@@ -121,7 +122,7 @@ class VLLMSampler:
 
     def _start_engine(self, model_dir: str) -> None:
         self._call(op="init", model=model_dir, max_model_len=self.max_model_len, seed=self.seed,
-                   max_lora_rank=self.lora_rank)
+                   max_lora_rank=self.lora_rank, memory_utilization=self.memory_utilization)
         self._engine_dir = model_dir
 
     # ------------------------------------------------------------------ generation

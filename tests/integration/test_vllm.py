@@ -30,9 +30,11 @@ def test_missing_vllm_fails_with_the_install_steps(tmp_path):
 @needs_vllm
 def test_two_iterations_train_with_vllm(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "seeupo", "train", "--preset", "tiny", "--steps", "2", "--out", str(out),
-           "rollout.backend=vllm", f"rollout.vllm_python={PYTHON}", "warmup.episodes=64", "eval.tasks=4",
-           "run.loggers=[jsonl]"]
+    # the default model with LoRA (adapters handed to the engine after every update), small settings
+    cmd = [sys.executable, "-m", "seeupo", "train", "--steps", "2", "--out", str(out),
+           "rollout.backend=vllm", f"rollout.vllm_python={PYTHON}", "rollout.vllm_memory_utilization=0.1",
+           "warmup.episodes=16", "rollout.tasks_per_iteration=2", "rollout.group_size=2", "eval.tasks=2",
+           "eval.k=1", "run.loggers=[jsonl]"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
