@@ -20,10 +20,8 @@ import statistics
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import finish  # noqa: E402
+from _common import finish, reset  # noqa: E402
 
 VARIANTS = {
     "seeupo": ("default", ["algo.name=seeupo"]),
@@ -73,11 +71,7 @@ def main(argv=None) -> dict:
 
     def one(name: str) -> tuple[float, dict]:
         tr = trainers[name]
-        with torch.no_grad():
-            for n, p in tr.named_params:
-                p.copy_(init[n])
-        tr.optimizer.state.clear()
-        tr.reference_state = {n: v.clone() for n, v in init.items()} if tr.cfg.algo.kl_coef > 0 else None
+        reset(tr, init)
         t0 = time.perf_counter()
         rec = tr.update(episodes, 0)
         return time.perf_counter() - t0, rec

@@ -11,7 +11,6 @@ evaluation gives the reward (1 when all of the task's checks pass).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -22,6 +21,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from seeupo.envs.base import Env, EnvFamily, EnvUnavailable, Message, StepResult, Task, register
+from seeupo.envs.worker import JsonWorker
 
 WORKER = Path(__file__).with_name("appworld_worker.py")
 INSTALL = (
@@ -49,8 +49,8 @@ class AppWorldOptions(BaseModel):
     timeout_s: float = Field(120.0, gt=0, description="seconds one worker request may take")
 
 
-class Worker:
-    """One AppWorld worker process: a JSON request per line, a JSON answer per line."""
+class Worker(JsonWorker):
+    """One AppWorld worker process under AppWorld's own Python."""
 
     def __init__(self, opts: AppWorldOptions):
         python = os.path.expanduser(opts.python or os.environ.get("APPWORLD_PYTHON", ""))
@@ -65,35 +65,10 @@ class Worker:
             if not Path(env["APPWORLD_ROOT"]).is_dir():
                 raise EnvUnavailable(f"appworld: the data folder {root!r} does not exist.\n" + INSTALL)
         self.timeout = opts.timeout_s
-        # -I: the script folder (which holds our own appworld.py) stays off sys.path
-        self.proc = subprocess.Popen([python, "-I", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=env.get("APPWORLD_ROOT"))
-        hello = self._read()
-        if not hello.get("ok"):
+        super().__init__(python, WORKER, name="appworld", env=env, cwd=env.get("APPWORLD_ROOT"))
+        if not self.hello.get("ok"):
             self.close()
-            raise EnvUnavailable(f"appworld: {hello.get('error')}\n" + INSTALL)
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            return {"ok": False, "error": f"the worker exited (code {self.proc.poll()})"}
-        return json.loads(line)
-
-    def ask(self, op: str, **kw) -> dict:
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        out = self._read()
-        if not out.get("ok"):
-            raise RuntimeError(f"appworld {op}: {out.get('error')}")
-        return out
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except Exception:
-                self.proc.kill()
+            raise EnvUnavailable(f"appworld: {self.hello.get('error')}\n" + INSTALL)
 
 
 def extract_code(text: str) -> str:

@@ -8,6 +8,8 @@ a ``[B, L, vocab]`` logits tensor.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -121,10 +123,15 @@ class Scorer(nn.Module):
                       score_mask_BL, temperature, with_entropy, continuation)
 
 
-def _cache_kw(decoder) -> str:
-    import inspect
+@functools.lru_cache(maxsize=None)
+def _cache_kw_of(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+def cache_keyword(module: nn.Module) -> str:
+    """The KV-cache argument of a model's ``forward``: ``cache`` in transformers >= 5.2x,
+    ``past_key_values`` before (looked up once per class)."""
+    return _cache_kw_of(type(module.get_base_model() if is_peft(module) else module))
 
 
 def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
@@ -167,7 +174,7 @@ def _continue(decoder, lm_head, dec_out, attention_mask_BL, c: Continuation, tem
     cache = getattr(dec_out, "past_key_values", None) or getattr(dec_out, "cache", None)
     pos = lens.unsqueeze(1) + torch.arange(E, device=lens.device)
     h2 = decoder(input_ids=c.input_ids, attention_mask=torch.cat([attention_mask_BL, c.attention_mask], 1),
-                 position_ids=pos, use_cache=True, **{_cache_kw(decoder): cache}).last_hidden_state
+                 position_ids=pos, use_cache=True, **{cache_keyword(decoder): cache}).last_hidden_state
     last = dec_out.last_hidden_state.detach()[torch.arange(B, device=lens.device), (lens - 1).clamp_min(0)]
     pred = torch.cat([last.unsqueeze(1), h2[:, :-1]], 1)  # the state before each continuation token
     sel = c.score_mask.bool()

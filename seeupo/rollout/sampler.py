@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seeupo.models.policy import cache_keyword
+
 
 @dataclass
 class Sample:
@@ -49,14 +51,6 @@ class ScriptedPolicy:
         return out
 
 
-def _cache_keyword(model) -> str:
-    """transformers >= 5.2x names the KV cache argument ``cache`` (``past_key_values`` before)."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
 def _sample_rows(logp_RV: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row from ``exp(logp)``, each row by inverse CDF with one uniform draw from its
     own generator (so a row's sample depends only on its own seed, not on the batch). One
@@ -74,7 +68,7 @@ class HFSampler:
                  batch_size: int = 64):
         self.model, self.pad_id, self.eos_ids = model, pad_id, set(eos_ids)
         self.temperature, self.batch_size = temperature, batch_size
-        self._cache_kw = _cache_keyword(model)
+        self._cache_kw = cache_keyword(model)
 
     def act(self, requests: list[Request]) -> list[Sample]:
         return self.generate([r.ids for r in requests], [r.generator for r in requests],

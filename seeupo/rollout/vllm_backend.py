@@ -14,7 +14,6 @@ its own.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from seeupo.envs.worker import JsonWorker
 from seeupo.rollout.sampler import Request, Sample
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -61,40 +61,18 @@ class VLLMSampler:
         py = vllm_python(python)
         if py is None or not Path(py).exists():
             raise VLLMUnavailable(f"no Python with vLLM found ({py!r}).\n" + INSTALL)
-        self.proc = subprocess.Popen([py, "-I", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=sys.stderr, text=True, bufsize=1)
-        hello = self._read()
-        if not hello.get("ok"):
-            self.close()
-            raise VLLMUnavailable(hello.get("error", "the vLLM worker did not start") + "\n" + INSTALL)
-        self.version = hello.get("version")
+        self.worker = JsonWorker(py, WORKER, name="vLLM", stderr=sys.stderr)  # vLLM's logs go to our stderr
+        if not self.worker.hello.get("ok"):
+            self.worker.close()
+            raise VLLMUnavailable(self.worker.hello.get("error", "the vLLM worker did not start") + "\n" + INSTALL)
+        self.version = self.worker.hello.get("version")
         self._synced = None  # the weights version the engine holds
         self._lora_id = 0
         self._engine_dir = None
 
-    # ------------------------------------------------------------------ worker protocol
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise VLLMUnavailable(f"the vLLM worker exited (code {self.proc.poll()}); see its output above")
-        return json.loads(line)
-
-    def _call(self, **msg) -> dict:
-        self.proc.stdin.write(json.dumps(msg) + "\n")
-        self.proc.stdin.flush()
-        out = self._read()
-        if not out.get("ok"):
-            raise RuntimeError(f"vLLM worker: {out.get('error')}")
-        return out
-
     def close(self) -> None:
-        if getattr(self, "proc", None) and self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "close"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-            except Exception:
-                self.proc.kill()
+        if getattr(self, "worker", None):
+            self.worker.close(timeout=30)
 
     # ------------------------------------------------------------------ weights
     def sync(self, version: int) -> None:
@@ -121,7 +99,7 @@ class VLLMSampler:
         self._synced = version
 
     def _start_engine(self, model_dir: str) -> None:
-        self._call(op="init", model=model_dir, max_model_len=self.max_model_len, seed=self.seed,
+        self.worker.ask("init", model=model_dir, max_model_len=self.max_model_len, seed=self.seed,
                    max_lora_rank=self.lora_rank, memory_utilization=self.memory_utilization)
         self._engine_dir = model_dir
 
@@ -135,6 +113,6 @@ class VLLMSampler:
         if self._engine_dir is None:
             raise RuntimeError("VLLMSampler.sync(version) must run before the first generation")
         seeds = [int(torch.randint(0, 2**31 - 1, (), generator=g)) for g in generators]
-        out = self._call(op="generate", prompts=prompts, seeds=seeds, max_new_tokens=max_new_tokens,
+        out = self.worker.ask("generate", prompts=prompts, seeds=seeds, max_new_tokens=max_new_tokens,
                          temperature=self.temperature, stop_ids=self.eos_ids, lora=self._lora)
         return [Sample(s["ids"], s["logp"], s["finished"]) for s in out["samples"]]
