@@ -38,8 +38,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3 quick, 3 full)")
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--pack-width", type=int, default=0,
+                    help="also time SeeUPO and GRPO with optim.pack_width=N (rows packed end to end)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
+    variants = dict(VARIANTS)
+    if args.pack_width:
+        for n in ("seeupo", "grpo_turn", "grpo_traj"):
+            preset, extra = VARIANTS[n]
+            variants[n + "_packed"] = (preset, extra + [f"optim.pack_width={args.pack_width}"])
     model = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
     rounds = args.rounds or 3
 
@@ -54,7 +61,7 @@ def main(argv=None) -> dict:
               "env.options={hops_min: 1, hops_max: 3, n_keys: 5}", "rollout.max_turns=5",
               f"rollout.tasks_per_iteration={args.tasks}", f"rollout.group_size={args.group}",
               "warmup.enabled=off", "run.loggers=[]", "run.out=/tmp/seeupo-bench"]
-    trainers = {name: Trainer(load_config(preset, common + extra)) for name, (preset, extra) in VARIANTS.items()}
+    trainers = {name: Trainer(load_config(preset, common + extra)) for name, (preset, extra) in variants.items()}
     base = trainers["seeupo"]
     init = {n: p.detach().clone() for n, p in base.named_params}
 
@@ -76,10 +83,10 @@ def main(argv=None) -> dict:
         rec = tr.update(episodes, 0)
         return time.perf_counter() - t0, rec
 
-    times = {name: [] for name in VARIANTS}
+    times = {name: [] for name in variants}
     records = {}
     for r in range(rounds + 1):  # round 0 is untimed
-        for name in VARIANTS:
+        for name in variants:
             dt, rec = one(name)
             if r:
                 times[name].append(dt)
@@ -93,12 +100,18 @@ def main(argv=None) -> dict:
         "seeupo_over_grpo_traj": med["seeupo"] / med["grpo_traj"],
         "authors_over_seeupo": med["authors_code"] / med["seeupo"],
     }
+    if args.pack_width:
+        out["pack_width"] = args.pack_width
+        out["packed_over_padded"] = {n: med[n + "_packed"] / med[n] for n in ("seeupo", "grpo_turn", "grpo_traj")}
     print(f"model {model}, {len(episodes)} episodes, turns per episode {out['turns_per_episode']}, "
           f"{rounds} timed rounds")
-    for n in VARIANTS:
-        print(f"  {n:13s} median {med[n]:7.2f} s   steps {out['optimizer_steps'][n]}")
+    for n in variants:
+        print(f"  {n:16s} median {med[n]:7.2f} s   steps {out['optimizer_steps'][n]}")
     print(f"  SeeUPO / GRPO(turn rows) = {out['seeupo_over_grpo_turn']:.2f}   SeeUPO / GRPO(trajectory rows) = "
           f"{out['seeupo_over_grpo_traj']:.2f}   authors_code / SeeUPO = {out['authors_over_seeupo']:.2f}")
+    if args.pack_width:
+        print(f"  packed (width {args.pack_width}) / padded: "
+              + "   ".join(f"{n} {r:.2f}" for n, r in out["packed_over_padded"].items()))
     return finish(out, "step_time.py", argv, args.json)
 
 

@@ -83,6 +83,64 @@ class Continuation:
         return Continuation(self.input_ids[idx][:, :w], att[:, :w], self.score_mask[idx][:, :w])
 
 
+def pack_lanes(lengths: list[int], width: int) -> list[list[int]]:
+    """First-fit decreasing: row indices into lanes of ``width`` tokens (each lane's rows in order).
+    Rows are taken longest first (ties by index), so the plan depends only on the lengths."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    lanes: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        n = lengths[i]
+        for k, f in enumerate(free):
+            if f >= n:
+                lanes[k].append(i)
+                free[k] -= n
+                break
+        else:
+            lanes.append([i])
+            free.append(width - n)
+    return lanes
+
+
+@dataclass
+class Packing:
+    """Right-padded rows ``[B, L]`` laid end to end in ``P`` lanes of width ``W >= L``: the positions
+    restart at 0 for every row (and for each lane's padding tail), which transformers turns into a
+    block-diagonal causal mask when no attention mask is given. ``flat[b, j]`` is where row ``b``'s
+    position ``j`` sits in the flattened lanes (clamped for the row's own padding)."""
+
+    input_ids: torch.Tensor  # [P, W]
+    position_ids: torch.Tensor  # [P, W]
+    flat: torch.Tensor  # [B, L] indices into the [P * W] flattened lanes
+
+    @staticmethod
+    def of(input_ids_BL: torch.Tensor, attention_mask_BL: torch.Tensor, width: int) -> "Packing | None":
+        """The packing of these rows into lanes of ``max(width, L)`` tokens, or None when it would
+        not run fewer tokens than the padded rows."""
+        B, L = input_ids_BL.shape
+        W = max(width, L)
+        lens = attention_mask_BL.sum(-1).tolist()
+        lanes = pack_lanes(lens, W)
+        if len(lanes) * W >= B * L:
+            return None
+        ids = torch.zeros(len(lanes), W, dtype=input_ids_BL.dtype)
+        pos = torch.zeros(len(lanes), W, dtype=torch.long)
+        start = torch.zeros(B, dtype=torch.long)
+        ar = torch.arange(W)
+        for p, lane in enumerate(lanes):
+            o = 0
+            for b in lane:
+                n = lens[b]
+                ids[p, o:o + n] = input_ids_BL[b, :n].cpu()
+                pos[p, o:o + n] = ar[:n]
+                start[b] = p * W + o
+                o += n
+            pos[p, o:] = ar[: W - o]  # the tail is a segment of its own
+        flat = start.unsqueeze(1) + torch.minimum(ar[:L].unsqueeze(0), (torch.tensor(lens) - 1).clamp_min(0).unsqueeze(1))
+        dev = input_ids_BL.device
+        return Packing(ids.to(dev), pos.to(dev), flat.to(dev))
+
+
 def token_logprobs(
     model: nn.Module,
     input_ids_BL: torch.Tensor,
@@ -93,17 +151,21 @@ def token_logprobs(
     value_head: ValueHead | None = None,
     with_entropy: bool = True,
     continuation: Continuation | None = None,
+    pack: int = 0,
 ) -> TokenScores:
     """Log-probs (at ``temperature``) of the tokens marked in ``score_mask_BL`` (position 0 is never
     scored). Shapes ``[B, L]``; right padding. ``model`` is a causal LM or a ``Scorer`` (which then
     brings its own value head). ``continuation``: also score tokens that follow each row, without
-    gradient, from the rows' KV cache (``TokenScores.cont_logp``)."""
+    gradient, from the rows' KV cache (``TokenScores.cont_logp``). ``pack`` (> 0): run the rows packed
+    end to end in lanes of ``max(pack, L)`` tokens (fewer padded tokens; same results up to rounding; ignored with a
+    continuation, which needs each row's own cache)."""
     if isinstance(model, Scorer):
         out = model(input_ids_BL, attention_mask_BL, score_mask_BL, temperature=temperature,
-                    with_entropy=with_entropy, with_values=value_head is not None, continuation=continuation)
+                    with_entropy=with_entropy, with_values=value_head is not None, continuation=continuation,
+                    pack=pack)
     else:
         out = _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
-                     continuation)
+                     continuation, pack)
     return TokenScores(*out)
 
 
@@ -118,9 +180,10 @@ class Scorer(nn.Module):
         self.value_head = value_head
 
     def forward(self, input_ids_BL, attention_mask_BL, score_mask_BL, *, temperature: float = 1.0,
-                with_entropy: bool = True, with_values: bool = False, continuation: Continuation | None = None):
+                with_entropy: bool = True, with_values: bool = False, continuation: Continuation | None = None,
+                pack: int = 0):
         return _score(self.model, self.value_head if with_values else None, input_ids_BL, attention_mask_BL,
-                      score_mask_BL, temperature, with_entropy, continuation)
+                      score_mask_BL, temperature, with_entropy, continuation, pack)
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,12 +198,18 @@ def cache_keyword(module: nn.Module) -> str:
 
 
 def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
-           continuation: Continuation | None = None):
+           continuation: Continuation | None = None, pack: int = 0):
     decoder, lm_head = _parts(model)
-    dec_out = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL, use_cache=continuation is not None)
-    hidden = dec_out.last_hidden_state
     sel = score_mask_BL[:, 1:].bool()
-    h = hidden[:, :-1][sel]  # [K, H] states that predict the scored tokens
+    packing = Packing.of(input_ids_BL, attention_mask_BL, pack) if pack and continuation is None else None
+    if packing is not None:
+        hidden = decoder(input_ids=packing.input_ids, position_ids=packing.position_ids,
+                         use_cache=False).last_hidden_state
+        h = hidden.reshape(-1, hidden.shape[-1])[packing.flat[:, :-1][sel]]
+    else:
+        dec_out = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL,
+                          use_cache=continuation is not None)
+        h = dec_out.last_hidden_state[:, :-1][sel]  # [K, H] states that predict the scored tokens
     logits = lm_head(h).float()
     if temperature != 1.0:  # a [K, vocab] division and its backward: skipped when it is a no-op
         logits = logits / temperature

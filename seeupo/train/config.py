@@ -91,6 +91,9 @@ class OptimConfig(Strict):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     grad_clip: Optional[float] = Field(1.0, gt=0, description="max gradient norm (None: off)")
     micro_batch_tokens: int = Field(4096, ge=64, description="padded tokens per forward pass")
+    pack_width: int = Field(0, ge=0, description="0: off; N: pack rows end to end into lanes of max(N, longest "
+                            "row) tokens in each forward pass (fewer padded tokens, block-diagonal attention; "
+                            "not in SeeUPO's fused passes, which continue each row's own cache)")
     train_embeddings: bool = Field(True, description="False: token embeddings stay fixed during RL (full fine-tuning)")
 
 
@@ -100,6 +103,8 @@ class WarmupConfig(Strict):
     epochs: int = Field(1, ge=1, description="passes over the demonstrations")
     batch_episodes: int = Field(16, ge=1, description="episodes per optimizer step")
     lr: float = Field(5e-4, gt=0, description="warm-up learning rate")
+    lr_schedule: Literal["constant", "linear"] = Field(
+        "constant", description="constant, or linear decay from lr to 0 over the warm-up's steps")
 
     @field_validator("enabled", mode="before")
     @classmethod

@@ -23,19 +23,34 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
+def micro_batches(rows: Rows, budget_tokens: int, pack: int = 0) -> list[torch.Tensor]:
     """Index groups whose padded size (rows x longest row) stays within ``budget_tokens``
-    (a single longer row gets its own group). Longest rows first."""
+    (a single longer row gets its own group). Longest rows first. With ``pack`` (> 0), the size
+    counted is that of the group's rows packed first-fit into lanes of ``max(pack, longest row)``
+    tokens (``policy.pack_lanes``, as ``token_logprobs`` packs them): lanes x lane width."""
     lengths = rows.attention_mask.sum(-1)
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
-    groups, cur, cur_max = [], [], 0
+    groups, cur, width, free = [], [], 0, []
     for i in order:
         n = int(lengths[i])
-        if cur and max(cur_max, n) * (len(cur) + 1) > budget_tokens:
-            groups.append(torch.tensor(cur))
-            cur, cur_max = [], 0
+        if cur:
+            if pack:
+                lane = next((k for k, f in enumerate(free) if f >= n), None)
+                fits = lane is not None or (len(free) + 1) * width <= budget_tokens
+            else:
+                lane = None
+                fits = width * (len(cur) + 1) <= budget_tokens  # descending: the first row is the widest
+            if not fits:
+                groups.append(torch.tensor(cur))
+                cur = []
+        if not cur:
+            width, free = max(n, pack), []
+            lane = None
+        if lane is None:
+            free.append(width - n)
+        else:
+            free[lane] -= n
         cur.append(i)
-        cur_max = max(cur_max, n)
     if cur:
         groups.append(torch.tensor(cur))
     return groups
@@ -43,17 +58,17 @@ def micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
-          value_head: ValueHead | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+          value_head: ValueHead | None = None, pack: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[R, L]`` of every loss-mask token (and values with a value head), no gradient."""
     logp = torch.zeros(rows.input_ids.shape, dtype=torch.float32)
     values = torch.zeros_like(logp) if value_head is not None else None
     was_training = model.training
     model.eval()
     dev = model_device(model)
-    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens)):
+    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens, pack)):
         mb = rows.select(idx).to(dev)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                           temperature=temperature, value_head=value_head, with_entropy=False)
+                           temperature=temperature, value_head=value_head, with_entropy=False, pack=pack)
         if not real:
             continue
         w = mb.input_ids.shape[1]
@@ -131,7 +146,7 @@ def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
 
 
 def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *, budget_tokens: int,
-                   grad_clip: float | None, value_head: ValueHead | None = None) -> dict:
+                   grad_clip: float | None, value_head: ValueHead | None = None, pack: int = 0) -> dict:
     """One optimizer step on ``inp.rows`` (gradient accumulated over micro-batches)."""
     loss_fn = get_policy_loss(spec.name)
     denom, n_tokens = _denominators(inp.rows, spec)
@@ -144,7 +159,8 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     fused_slr = torch.zeros(len(inp.rows)) if inp.cont is not None else None
     sums["logp_gap_max"] = 0.0
     dev = model_device(model)
-    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens)):
+    pack = 0 if inp.cont is not None else pack  # a continuation needs each row's own KV cache
+    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens, pack)):
         mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]
         cont = c_old = None
@@ -152,7 +168,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             cont, c_old = inp.cont_rows(idx)
             cont, c_old = cont.to(dev), c_old.to(dev)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
-                           value_head=value_head, continuation=cont)
+                           value_head=value_head, continuation=cont, pack=pack)
         adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
         factor = inp.factor[idx].to(dev) if inp.factor is not None else None
         if cont is not None:  # fused: the previous turn's ratio from this same forward

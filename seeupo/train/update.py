@@ -34,6 +34,7 @@ class UpdateContext:
     generator: torch.Generator  # minibatch shuffles and random orders, seeded per iteration
     value_head: torch.nn.Module | None = None
     reference_logp: object = None  # rows -> [R, L] log-probs under the KL reference policy
+    pack: int = 0  # lane width for packing rows end to end (optim.pack_width; 0: off)
 
 
 def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
@@ -62,7 +63,7 @@ def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dic
         for chunk in perm.chunk(min(ctx.minibatches, n)):
             m = optimizer_step(ctx.model, ctx.optimizer, ctx.params, _subset(inp, chunk), ctx.spec,
                                budget_tokens=ctx.budget_tokens, grad_clip=ctx.grad_clip,
-                               value_head=ctx.value_head)
+                               value_head=ctx.value_head, pack=ctx.pack)
             if after_first is not None:
                 slr = torch.zeros(n)
                 if "fused_slr" in m:
@@ -152,7 +153,8 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             _settle(ctx, prev, per_turn, factor_clip, factor)
         prev = None
         if ratio_reference == "incremental":
-            old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens)
+            old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens,
+                           pack=ctx.pack)
             rows = replace(rows, old_logp=old)
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
@@ -194,7 +196,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
 def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch.Tensor, turns_of_phase=None):
     """The factor of a finished phase by its own scoring pass under the updated parameters."""
     rows, turn = prev
-    new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens)
+    new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens, pack=ctx.pack)
     slr = sequence_log_ratio(new, rows.old_logp, rows.loss_mask)
     for t in (turns_of_phase or [turn]):
         sel = rows.turn == t

@@ -28,12 +28,18 @@ def demonstrations(chat, family, limits, *, n: int, seed: int):
     return run_episodes(policy, chat, family, jobs, limits)
 
 
-def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, progress=None) -> dict:
+def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
+           progress=None) -> dict:
     """Supervised steps on demonstrations; returns the mean loss of the first and last steps."""
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     rows = trajectory_rows(episodes, chat.tok.pad_token_id)
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
+    steps = cfg.epochs * -(-len(rows) // cfg.batch_episodes)
+    if cfg.lr_schedule == "linear":  # ends at lr / steps: the last steps settle the format
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - k / steps)
+    else:
+        sched = None
     losses = []
     model.train()
     for _ in range(cfg.epochs):
@@ -44,9 +50,9 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             opt.zero_grad(set_to_none=True)
             total = 0.0
             grads = parallel.GradAccumulator(params)
-            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens)):
+            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens, pack)):
                 mb = batch.select(idx).to(model_device(model))
-                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False)
+                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False, pack=pack)
                 loss = -(s.logp * mb.loss_mask).sum() / n_tok * (1.0 if real else 0.0)
                 loss.backward()
                 grads.add()
@@ -55,6 +61,8 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             total = parallel.reduce_scalars({"loss": total})["loss"]
             parallel.clip_grad_norm_(params, 1.0)
             opt.step()
+            if sched is not None:
+                sched.step()
             losses.append(total)
             if progress:
                 progress(total)

@@ -11,7 +11,8 @@ from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
 from seeupo.envs import make_family
 from seeupo.rollout.runner import RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler
-from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
+from seeupo.models.policy import pack_lanes, token_logprobs
+from seeupo.train.learner import LossSpec, StepInputs, micro_batches, optimizer_step, score
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 
 
@@ -24,12 +25,12 @@ def episodes(tiny, chat):
     return run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=10))
 
 
-def grads_after_step(model, inp, spec, budget):
+def grads_after_step(model, inp, spec, budget, pack=False):
     m = copy.deepcopy(model)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1.0)
     before = [p.detach().clone() for p in params]
-    optimizer_step(m, opt, params, inp, spec, budget_tokens=budget, grad_clip=None)
+    optimizer_step(m, opt, params, inp, spec, budget_tokens=budget, grad_clip=None, pack=pack)
     return [b - p.detach() for b, p in zip(before, params)]
 
 
@@ -45,18 +46,53 @@ def test_loss_does_not_depend_on_micro_batch_size(tiny, episodes, loss):
     assert any(x.abs().max() > 0 for x in a)
 
 
-def test_pad_ids_and_non_trained_positions_do_not_change_the_loss(tiny, episodes):
-    rows = trajectory_rows(episodes, tiny.tokenizer.pad_token_id)
+@pytest.mark.parametrize("pack", [False, True])
+def test_pad_ids_and_non_trained_positions_do_not_change_the_loss(tiny, episodes, pack):
+    rows = turn_rows(episodes, tiny.tokenizer.pad_token_id) if pack else trajectory_rows(episodes, tiny.tokenizer.pad_token_id)
     adv = torch.linspace(-1, 1, len(rows))
     spec = LossSpec("clip_token")
-    a = grads_after_step(tiny.model, StepInputs(rows=rows, adv=adv), spec, 100_000)
+    pack = 2 * rows.input_ids.shape[1] if pack else 0
+    a = grads_after_step(tiny.model, StepInputs(rows=rows, adv=adv), spec, 100_000, pack)
     noisy = copy.copy(rows)
     pad = rows.attention_mask == 0
     noisy.input_ids = torch.where(pad, torch.full_like(rows.input_ids, 123), rows.input_ids)
     # garbage sampling log-probs outside the loss mask (observation and template tokens)
     noisy.old_logp = torch.where(rows.loss_mask.bool(), rows.old_logp, torch.full_like(rows.old_logp, -55.0))
-    b = grads_after_step(tiny.model, StepInputs(rows=noisy, adv=adv), spec, 100_000)
+    b = grads_after_step(tiny.model, StepInputs(rows=noisy, adv=adv), spec, 100_000, pack)
     assert all(torch.allclose(x, y, atol=1e-7) for x, y in zip(a, b))
+
+
+def test_packing_lays_rows_end_to_end_without_changing_scores(tiny, episodes):
+    rows = turn_rows(episodes, tiny.tokenizer.pad_token_id)  # every turn of every episode: mixed lengths
+    lens = rows.attention_mask.sum(-1).tolist()
+    W = 2 * rows.input_ids.shape[1]  # lanes twice the longest row
+    lanes = pack_lanes(lens, W)
+    assert sorted(i for lane in lanes for i in lane) == list(range(len(lens)))
+    assert all(sum(lens[i] for i in lane) <= W for lane in lanes)
+    assert len(lanes) * W < rows.input_ids.numel(), lens  # fewer tokens than the padded rows
+    m = tiny.model.eval()
+    with torch.no_grad():
+        a = token_logprobs(m, rows.input_ids, rows.attention_mask, rows.loss_mask)
+        b = token_logprobs(m, rows.input_ids, rows.attention_mask, rows.loss_mask, pack=W)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5) and torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    assert (a.logp != 0).sum() == rows.loss_mask[:, 1:].sum()  # every trained token scored
+    # the budget counts packed tokens: each micro-batch within it, all rows once, fewer tokens in all
+    budget = 2 * W
+    packed = micro_batches(rows, budget, pack=W)
+    sizes = [len(pack_lanes([lens[i] for i in g.tolist()], W)) * W for g in packed]
+    assert max(sizes) <= budget and sum(sizes) < rows.input_ids.numel()
+    assert sorted(torch.cat(packed).tolist()) == list(range(len(lens)))
+
+
+@pytest.mark.parametrize("loss", ["clip_token", "clip_sequence"])
+def test_packed_step_equals_the_padded_step(tiny, episodes, loss):
+    rows = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    inp = StepInputs(rows=rows, adv=torch.linspace(-1, 1, len(rows)))
+    a = grads_after_step(tiny.model, inp, LossSpec(loss), 100_000)
+    W = 2 * rows.input_ids.shape[1]
+    for budget in (100_000, 2 * W):
+        b = grads_after_step(tiny.model, inp, LossSpec(loss), budget, pack=W)
+        assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(a, b)), budget
 
 
 def ctx_for(model, lr, epochs=2):
