@@ -240,7 +240,9 @@ def _continue(decoder, lm_head, dec_out, attention_mask_BL, c: Continuation, tem
     attending to the rows' cached keys and values (padding in between is masked)."""
     B, E = c.input_ids.shape
     lens = attention_mask_BL.sum(-1)
-    cache = getattr(dec_out, "past_key_values", None) or getattr(dec_out, "cache", None)
+    cache = getattr(dec_out, "cache", None)  # transformers >= 5.2x; reading the old name there warns
+    if cache is None:
+        cache = dec_out.past_key_values
     pos = lens.unsqueeze(1) + torch.arange(E, device=lens.device)
     h2 = decoder(input_ids=c.input_ids, attention_mask=torch.cat([attention_mask_BL, c.attention_mask], 1),
                  position_ids=pos, use_cache=True, **{cache_keyword(decoder): cache}).last_hidden_state
