@@ -31,8 +31,12 @@ if [ -z "${SKIP_GPU:-}" ]; then
   summ /tmp/r/cuda_lora "cuda seeupo+LoRA 2 steps:"
   torchrun --standalone --nproc_per_node 1 -m seeupo train --preset tiny --steps 2 --seed 2 --out /tmp/r/tr1 run.device=cuda 'run.loggers=[jsonl]' > /tmp/r/tr1.log 2>&1 || tail -20 /tmp/r/tr1.log
   summ /tmp/r/tr1 "torchrun x1 cuda (nccl) seeupo 2 steps:"
-  python3 -m seeupo train --preset tiny --seed 0 --out /tmp/r/cuda_full run.device=cuda 'run.loggers=[jsonl]' > /tmp/r/full.log 2>&1 || tail -20 /tmp/r/full.log
-  summ /tmp/r/cuda_full "cuda tiny preset seed 0 (40 iterations):"
+  for lora in false true; do
+    torchrun --standalone --nproc_per_node 1 -m seeupo train --preset tiny --steps 2 --seed 2 --out /tmp/r/fsdp_$lora run.device=cuda parallel.strategy=fsdp2 model.lora=$lora 'run.loggers=[jsonl]' > /tmp/r/fsdp_$lora.log 2>&1 || tail -20 /tmp/r/fsdp_$lora.log
+    summ /tmp/r/fsdp_$lora "torchrun x1 cuda fsdp2 lora=$lora seeupo 2 steps:"
+  done
+  [ -n "${SKIP_FULL:-}" ] || python3 -m seeupo train --preset tiny --seed 0 --out /tmp/r/cuda_full run.device=cuda 'run.loggers=[jsonl]' > /tmp/r/full.log 2>&1 || tail -20 /tmp/r/full.log
+  [ -n "${SKIP_FULL:-}" ] || summ /tmp/r/cuda_full "cuda tiny preset seed 0 (40 iterations):"
   cp /tmp/r/cuda_seeupo/metrics.jsonl "$OUT/cuda_seeupo_metrics.jsonl" 2>/dev/null
 fi
 if [ -n "${SWEEP_FILE:-}" ]; then
