@@ -134,6 +134,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             live.append(lv)
         if on_progress:
             on_progress(len(episodes) - len(live), len(episodes))
+    if hasattr(policy, "reset"):  # these episodes are over: a policy's per-episode state goes
+        policy.reset()
     for ep, env in zip(episodes, envs):
         ep.end_reason = ep.end_reason or "max_turns"
         if env is not None:

@@ -61,14 +61,31 @@ def _sample_rows(logp_RV: torch.Tensor, generators: list[torch.Generator]) -> to
     return tok.clamp_max(logp_RV.shape[-1] - 1)
 
 
+@dataclass
+class _Prefix:
+    """An episode's keys and values from its previous turn: ``ids`` (the tokens they cover) and one
+    ``(keys, values)`` pair per layer, each ``[kv_heads, len(ids), head_dim]``."""
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+
 class HFSampler:
-    """Generation with a Hugging Face causal LM (the default backend)."""
+    """Generation with a Hugging Face causal LM (the default backend).
+
+    ``prefix_cache``: keep each episode's keys and values from one turn to the next (keyed by the
+    episode's random generator, dropped for episodes that do not come back in the next call), so a
+    turn pre-fills only the tokens added since (the observation), not the whole history again.
+    Used only where the new prompt starts with exactly the cached tokens."""
 
     def __init__(self, model, *, pad_id: int, eos_ids: list[int], temperature: float = 1.0,
-                 batch_size: int = 64):
+                 batch_size: int = 64, prefix_cache: bool = True):
         self.model, self.pad_id, self.eos_ids = model, pad_id, set(eos_ids)
         self.temperature, self.batch_size = temperature, batch_size
         self._cache_kw = cache_keyword(model)
+        self.prefix_cache = prefix_cache
+        self._prefixes: dict[torch.Generator, _Prefix] = {}
+        self.prefilled_tokens = 0  # tokens run through the model before the first sampled token (diagnostic)
 
     def act(self, requests: list[Request]) -> list[Sample]:
         return self.generate([r.ids for r in requests], [r.generator for r in requests],
@@ -78,27 +95,65 @@ class HFSampler:
     def generate(self, prompts: list[list[int]], generators: list[torch.Generator],
                  max_new_tokens: list[int]) -> list[Sample]:
         out: list[Sample] = []
+        old, new = self._prefixes, {}
+        prefixes = [None] * len(prompts)
+        if self.prefix_cache:
+            for i, (p, g) in enumerate(zip(prompts, generators)):
+                pre = old.get(g)
+                if pre is not None and len(pre.ids) < len(p) and p[: len(pre.ids)] == pre.ids:
+                    prefixes[i] = pre
+        self._prefixes = {}  # the previous turn's entries are used once, then dropped
         for s in range(0, len(prompts), self.batch_size):
             sl = slice(s, s + self.batch_size)
-            out += self._generate(prompts[sl], generators[sl], max_new_tokens[sl])
+            samples, kept = self._generate(prompts[sl], generators[sl], max_new_tokens[sl], prefixes[sl])
+            out += samples
+            new.update(kept)
+        if self.prefix_cache:
+            self._prefixes = new
         return out
 
-    def _generate(self, prompts, generators, max_new):
+    def reset(self) -> None:
+        """Forget every cached prefix (the weights changed, or a new set of episodes starts)."""
+        self._prefixes = {}
+
+    def _generate(self, prompts, generators, max_new, prefixes=None):
         from transformers import DynamicCache
 
         was_training = self.model.training
         self.model.eval()
         n = len(prompts)
-        width = max(len(p) for p in prompts)
+        prefixes = prefixes or [None] * n
+        cached = [len(pre.ids) if pre is not None else 0 for pre in prefixes]
+        C = max(cached)
+        suffix = [p[c:] for p, c in zip(prompts, cached)]
+        width = max(len(p) for p in suffix)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        att = torch.zeros(n, width, dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding
-            ids[i, width - len(p):] = torch.tensor(p)
-            att[i, width - len(p):] = 1
+        att = torch.zeros(n, C + width, dtype=torch.long)
+        pos = torch.zeros(n, width, dtype=torch.long)
+        for i, p in enumerate(suffix):  # left padding; a cached prefix sits right-aligned before it
+            m = len(p)
+            ids[i, width - m:] = torch.tensor(p)
+            att[i, C - cached[i]:C] = 1
+            att[i, C + width - m:] = 1
+            pos[i, width - m:] = torch.arange(cached[i], cached[i] + m)
+        self.prefilled_tokens += sum(len(p) for p in suffix)
         dev = next(self.model.parameters()).device
-        ids, att = ids.to(dev), att.to(dev)
-        pos = (att.cumsum(-1) - 1).clamp_min(0)
-        cache = DynamicCache()
+        ids, att, pos = ids.to(dev), att.to(dev), pos.to(dev)
+        if C:
+            layers = len(next(pre for pre in prefixes if pre is not None).kv)
+            data = []
+            for layer in range(layers):
+                k0, v0 = next(pre for pre in prefixes if pre is not None).kv[layer]
+                K = k0.new_zeros(n, k0.shape[0], C, k0.shape[-1])
+                V = v0.new_zeros(n, v0.shape[0], C, v0.shape[-1])
+                for i, pre in enumerate(prefixes):
+                    if pre is not None:
+                        K[i, :, C - cached[i]:] = pre.kv[layer][0]
+                        V[i, :, C - cached[i]:] = pre.kv[layer][1]
+                data.append((K.to(dev), V.to(dev)))
+            cache = DynamicCache(data)
+        else:
+            cache = DynamicCache()
         samples = [Sample([], [], False) for _ in range(n)]
         live = [m > 0 for m in max_new]
         step_input, step_pos = ids, pos
@@ -128,4 +183,16 @@ class HFSampler:
             step_pos = step_pos[:, -1:] + 1
             att = torch.cat([att, torch.ones(n, 1, dtype=torch.long, device=dev)], -1)
         self.model.train(was_training)
-        return samples
+        kept = {}
+        if self.prefix_cache:
+            # row i's cached tokens: its prefix, its new prompt tokens, then every sampled token but
+            # the last (sampled token j went through the model at column C + width + j)
+            for i, smp in enumerate(samples):
+                k = len(smp.ids)
+                if k == 0:
+                    continue
+                cols = torch.cat([torch.arange(C - cached[i], C), torch.arange(C + width - len(suffix[i]), C + width),
+                                  torch.arange(C + width, C + width + k - 1)]).to(dev)
+                kv = [(keys[i][:, cols].cpu(), values[i][:, cols].cpu()) for keys, values, *_ in cache]
+                kept[generators[i]] = _Prefix(list(prompts[i]) + smp.ids[:-1], kv)
+        return samples, kept

@@ -49,6 +49,8 @@ class RolloutConfig(Strict):
     vllm_memory_utilization: float = Field(0.3, gt=0, le=1, description="rollout.backend=vllm: share of the GPU's "
                                            "memory (on CPUs: of the machine's) the engine reserves")
     batch_size: int = Field(64, ge=1, description="most episodes generated together")
+    prefix_cache: bool = Field(True, description="hf backend: keep each episode's KV cache from one turn to the next "
+                               "(a turn pre-fills only its new tokens)")
 
 
 class AlgoConfig(Strict):

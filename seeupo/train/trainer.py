@@ -139,7 +139,8 @@ class Trainer:
             self.sampler = self._vllm_sampler()
         else:
             self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
-                                     temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size)
+                                     temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size,
+                                     prefix_cache=cfg.rollout.prefix_cache)
         self.state: dict = {}
 
     def _vllm_sampler(self):
