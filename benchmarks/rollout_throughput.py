@@ -55,15 +55,20 @@ def main(argv=None) -> dict:
     run([jobs[:2]])  # warm-up, untimed
     t_batched, batched = run([jobs])
     t_loop, looped = run([[j] for j in jobs])
+    tr.sampler.prefix_cache = False  # the batched runner again, every turn pre-filling the whole history
+    t_nocache, _ = run([jobs])
+    tr.sampler.prefix_cache = True
     same = sum(a.ids == b.ids for a, b in zip(batched, looped)) / len(jobs)  # float noise may flip a rare draw
     tokens = sum(sum(e.gen_mask) for e in batched)
     out = {"model": args.model, "episodes": args.episodes, "generated_tokens": tokens,
            "batched_s": t_batched, "loop_s": t_loop,
            "batched_tok_per_s": tokens / t_batched, "loop_tok_per_s": tokens / t_loop,
-           "speedup": t_loop / t_batched, "identical_episodes": same}
+           "speedup": t_loop / t_batched, "identical_episodes": same,
+           "batched_without_prefix_cache_s": t_nocache, "prefix_cache_speedup": t_nocache / t_batched}
     print(f"{args.episodes} episodes, {tokens} generated tokens: batched {out['batched_tok_per_s']:.0f} tok/s, "
           f"one at a time {out['loop_tok_per_s']:.0f} tok/s, speedup {out['speedup']:.2f}x; "
-          f"identical episodes: {same:.0%}")
+          f"identical episodes: {same:.0%}; the batched runner without the prefix cache "
+          f"(rollout.prefix_cache=false) takes {out['prefix_cache_speedup']:.2f}x as long")
     if args.vllm_python:
         tv = Trainer(load_config("default", overrides + ["rollout.backend=vllm",
                                                          f"rollout.vllm_python={args.vllm_python}"]))

@@ -27,7 +27,7 @@ from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
 from seeupo.train.config import Config, save_config
-from seeupo.train.learner import LossSpec, score, swapped
+from seeupo.train.learner import LossSpec, adamw, score, swapped
 from seeupo.train.runlog import NullLog, RunLog, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 from seeupo.train.warmup import warmup
@@ -130,7 +130,7 @@ class Trainer:
         if self.value_head is not None:
             self.named_params += [(f"value_head.{n}", p) for n, p in self.value_head.named_parameters()]
         self.params = [p for _, p in self.named_params]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.optimizer = adamw(self.params, cfg.optim.lr, cfg.optim.weight_decay)
         self.chat = Chat(self.tokenizer)
         self.family = make_family(cfg.env.name, cfg.env.options)
         self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context)

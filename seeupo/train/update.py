@@ -141,11 +141,12 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     all_steps: list[dict] = []
     can_fuse = (fuse and ctx.minibatches == 1 and ratio_reference == "sampling" and pools.token_turn is not None)
     prev = None  # (rows, turn) of the previous phase, when its factor is still owed
+    ref_all = _reference(ctx, pools)  # the KL reference's log-probs, for every pool in one pass
     for k, phase in enumerate(phases):
         idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
         rows = natural = pools.select(idx)
         cont = None
-        ref = _reference(ctx, rows)
+        ref = None if ref_all is None else ref_all[idx][:, : rows.input_ids.shape[1]]
         owed = prev[1] if prev is not None else None
         if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
             cont = _continuation(rows, prev[0], prev[1])

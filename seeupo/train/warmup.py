@@ -17,7 +17,7 @@ from seeupo.models.policy import token_logprobs
 from seeupo.rollout.runner import run_episodes
 from seeupo.rollout.sampler import ScriptedPolicy
 from seeupo.train import parallel
-from seeupo.train.learner import micro_batches, model_device
+from seeupo.train.learner import adamw, micro_batches, model_device
 
 
 def demonstrations(chat, family, limits, *, n: int, seed: int):
@@ -33,7 +33,7 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
     """Supervised steps on demonstrations; returns the mean loss of the first and last steps."""
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     rows = trajectory_rows(episodes, chat.tok.pad_token_id)
-    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    opt = adamw(params, cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
     steps = cfg.epochs * -(-len(rows) // cfg.batch_episodes)
     if cfg.lr_schedule == "linear":  # ends at lr / steps: the last steps settle the format
