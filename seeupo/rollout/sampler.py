@@ -140,10 +140,9 @@ class HFSampler:
         dev = next(self.model.parameters()).device
         ids, att, pos = ids.to(dev), att.to(dev), pos.to(dev)
         if C:
-            layers = len(next(pre for pre in prefixes if pre is not None).kv)
+            first = next(pre for pre in prefixes if pre is not None)
             data = []
-            for layer in range(layers):
-                k0, v0 = next(pre for pre in prefixes if pre is not None).kv[layer]
+            for layer, (k0, v0) in enumerate(first.kv):
                 K = k0.new_zeros(n, k0.shape[0], C, k0.shape[-1])
                 V = v0.new_zeros(n, v0.shape[0], C, v0.shape[-1])
                 for i, pre in enumerate(prefixes):

@@ -15,7 +15,7 @@ import torch
 from seeupo.core.losses import get_kl, get_policy_loss, masked_sum, sequence_log_ratio
 from seeupo.core.schedule import update_factor
 from seeupo.data.episode import Rows
-from seeupo.models.policy import Continuation, ValueHead, token_logprobs
+from seeupo.models.policy import Continuation, ValueHead, pack_lanes, token_logprobs
 from seeupo.train import parallel
 
 
@@ -40,27 +40,20 @@ def micro_batches(rows: Rows, budget_tokens: int, pack: int = 0) -> list[torch.T
     tokens (``policy.pack_lanes``, as ``token_logprobs`` packs them): lanes x lane width."""
     lengths = rows.attention_mask.sum(-1)
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
-    groups, cur, width, free = [], [], 0, []
+    groups, cur, lens, width, n_lanes = [], [], [], 0, 0
     for i in order:
         n = int(lengths[i])
-        if cur:
-            if pack:
-                lane = next((k for k, f in enumerate(free) if f >= n), None)
-                fits = lane is not None or (len(free) + 1) * width <= budget_tokens
-            else:
-                lane = None
-                fits = width * (len(cur) + 1) <= budget_tokens  # descending: the first row is the widest
-            if not fits:
+        lanes = 1
+        if cur:  # descending: the group's first row is its widest; a row that fits a lane costs nothing
+            lanes = len(pack_lanes(lens + [n], width)) if pack else len(cur) + 1
+            if lanes > n_lanes and lanes * width > budget_tokens:
                 groups.append(torch.tensor(cur))
-                cur = []
+                cur, lens, lanes = [], [], 1
         if not cur:
-            width, free = max(n, pack), []
-            lane = None
-        if lane is None:
-            free.append(width - n)
-        else:
-            free[lane] -= n
+            width = max(n, pack)
         cur.append(i)
+        lens.append(n)
+        n_lanes = lanes
     if cur:
         groups.append(torch.tensor(cur))
     return groups
