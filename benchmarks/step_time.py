@@ -7,8 +7,9 @@ rows) vs the ``authors_code`` preset, side by side in one process.
 The rollouts are generated once (answer-blind demonstration episodes of the lookup tasks with 1-3
 lookups: 2-5 turns, so episode lengths are mixed), their sampling log-probs are scored under the
 initial model, and every variant then runs ``Trainer.update`` on the same episodes from the same
-initial parameters. Variants run interleaved (A B C D, A B C D, ...) after one untimed round, and the
-median per variant is reported. The JSON holds the ratios ``seeupo_over_grpo_turn``,
+initial parameters. Variants run interleaved after one untimed round, the order rotating from round to
+round (A B C D, B C D A, ...: no variant always runs right after the same one), and the median per
+variant is reported. The JSON holds the ratios ``seeupo_over_grpo_turn``,
 ``seeupo_over_grpo_traj`` and ``authors_over_seeupo``, plus the rows and tokens each variant processed.
 """
 
@@ -33,9 +34,9 @@ VARIANTS = {
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="tiny model, 3 timed rounds (under 2 minutes)")
+    ap.add_argument("--quick", action="store_true", help="tiny model, 6 timed rounds (under 2 minutes)")
     ap.add_argument("--model", default=None, help="model (default: tiny-random:4x128 quick, smollm2-135m-instruct full)")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3 quick, 3 full)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 6 quick, 3 full)")
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--pack-width", type=int, default=0,
@@ -48,7 +49,7 @@ def main(argv=None) -> dict:
             preset, extra = VARIANTS[n]
             variants[n + "_packed"] = (preset, extra + [f"optim.pack_width={args.pack_width}"])
     model = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
-    rounds = args.rounds or 3
+    rounds = args.rounds or (6 if args.quick else 3)
 
     from seeupo.data.episode import derive_seed, trajectory_rows
     from seeupo.rollout.runner import run_episodes
@@ -85,8 +86,9 @@ def main(argv=None) -> dict:
 
     times = {name: [] for name in variants}
     records = {}
+    names = list(variants)
     for r in range(rounds + 1):  # round 0 is untimed
-        for name in variants:
+        for name in names[r % len(names):] + names[: r % len(names)]:
             dt, rec = one(name)
             if r:
                 times[name].append(dt)
