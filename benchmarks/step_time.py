@@ -88,11 +88,15 @@ def main(argv=None) -> dict:
     records = {}
     names = list(variants)
     for r in range(rounds + 1):  # round 0 is untimed
+        this = {}
         for name in names[r % len(names):] + names[: r % len(names)]:
             dt, rec = one(name)
+            this[name] = dt
             if r:
                 times[name].append(dt)
             records[name] = rec
+        print(f"round {r}/{rounds}{' (untimed)' if r == 0 else ''}: "
+              + "  ".join(f"{n} {this[n]:.2f} s" for n in names), file=sys.stderr, flush=True)
     med = {n: statistics.median(v) for n, v in times.items()}
     out = {
         "model": model, "episodes": len(episodes), "turns_per_episode": {str(k): turns.count(k) for k in sorted(set(turns))},
