@@ -41,6 +41,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--pack-width", type=int, default=0,
                     help="also time SeeUPO and GRPO with optim.pack_width=N (rows packed end to end)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time, per update, the fused continuation (SeeUPO's factor pass) and the LM head")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     variants = dict(VARIANTS)
@@ -77,14 +79,21 @@ def main(argv=None) -> dict:
         e.logp = [float(x) if m else 0.0 for x, m in zip(logp[i, : len(e.ids)].tolist(), e.gen_mask)]
     turns = [e.n_turns for e in episodes]
 
+    parts: dict = {}
+    if args.breakdown:
+        _time_parts(parts)
+
     def one(name: str) -> tuple[float, dict]:
         tr = trainers[name]
         reset(tr, init)
+        parts.clear()
         t0 = time.perf_counter()
         rec = tr.update(episodes, 0)
+        rec["_parts"] = dict(parts)
         return time.perf_counter() - t0, rec
 
     times = {name: [] for name in variants}
+    split = {name: [] for name in variants}
     records = {}
     names = list(variants)
     for r in range(rounds + 1):  # round 0 is untimed
@@ -94,6 +103,7 @@ def main(argv=None) -> dict:
             this[name] = dt
             if r:
                 times[name].append(dt)
+                split[name].append(rec.pop("_parts"))
             records[name] = rec
         print(f"round {r}/{rounds}{' (untimed)' if r == 0 else ''}: "
               + "  ".join(f"{n} {this[n]:.2f} s" for n in names), file=sys.stderr, flush=True)
@@ -106,6 +116,10 @@ def main(argv=None) -> dict:
         "seeupo_over_grpo_traj": med["seeupo"] / med["grpo_traj"],
         "authors_over_seeupo": med["authors_code"] / med["seeupo"],
     }
+    if args.breakdown:
+        keys = ("continuation", "continuation_lm_head", "lm_head_forward")
+        out["breakdown_median_s"] = {n: {k: statistics.median(d.get(k, 0.0) for d in split[n]) for k in keys}
+                                     for n in variants}
     if args.pack_width:
         out["pack_width"] = args.pack_width
         out["packed_over_padded"] = {n: med[n + "_packed"] / med[n] for n in ("seeupo", "grpo_turn", "grpo_traj")}
@@ -115,10 +129,41 @@ def main(argv=None) -> dict:
         print(f"  {n:16s} median {med[n]:7.2f} s   steps {out['optimizer_steps'][n]}")
     print(f"  SeeUPO / GRPO(turn rows) = {out['seeupo_over_grpo_turn']:.2f}   SeeUPO / GRPO(trajectory rows) = "
           f"{out['seeupo_over_grpo_traj']:.2f}   authors_code / SeeUPO = {out['authors_over_seeupo']:.2f}")
+    if args.breakdown:
+        for n, d in out["breakdown_median_s"].items():
+            print(f"  {n:16s} continuation {d['continuation']:.3f} s (its LM head {d['continuation_lm_head']:.3f} s), "
+                  f"LM head forwards in all {d['lm_head_forward']:.3f} s per update")
     if args.pack_width:
         print(f"  packed (width {args.pack_width}) / padded: "
               + "   ".join(f"{n} {r:.2f}" for n, r in out["packed_over_padded"].items()))
     return finish(out, "step_time.py", argv, args.json)
+
+
+def _time_parts(parts: dict) -> None:
+    """Wrap the fused continuation and the LM head with timers that add into ``parts``."""
+    import seeupo.models.policy as policy
+
+    cont, head = policy._continue, policy.head_logprobs
+    inside = [False]
+
+    def timed_cont(*a, **k):
+        inside[0], t0 = True, time.perf_counter()
+        try:
+            return cont(*a, **k)
+        finally:
+            inside[0] = False
+            parts["continuation"] = parts.get("continuation", 0.0) + time.perf_counter() - t0
+
+    def timed_head(*a, **k):
+        t0 = time.perf_counter()
+        out = head(*a, **k)
+        dt = time.perf_counter() - t0
+        parts["lm_head_forward"] = parts.get("lm_head_forward", 0.0) + dt
+        if inside[0]:
+            parts["continuation_lm_head"] = parts.get("continuation_lm_head", 0.0) + dt
+        return out
+
+    policy._continue, policy.head_logprobs = timed_cont, timed_head
 
 
 if __name__ == "__main__":
