@@ -244,7 +244,7 @@ class GradAccumulator:
             else:
                 if self.acc[i].dtype != torch.float64:
                     self.acc[i] = self.acc[i].to(torch.float64)
-                self.acc[i].add_(g.to(torch.float64))
+                self.acc[i].add_(g)  # promoted to float64 inside the add (exact), no float64 copy of g
             p.grad = None
 
     def finish(self) -> None:
