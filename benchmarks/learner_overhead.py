@@ -40,7 +40,7 @@ def main(argv=None) -> dict:
     from seeupo.data.episode import trajectory_rows
     from seeupo.models.policy import _parts
     from seeupo.train.config import load_config
-    from seeupo.train.learner import micro_batches
+    from seeupo.train.learner import adamw, micro_batches
     from seeupo.train.trainer import Trainer
 
     cfg = load_config("default", [f"model.name={model_name}", f"model.lora={'false' if model_name.startswith('tiny') else 'true'}",
@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
     groups = micro_batches(rows, cfg.optim.micro_batch_tokens)
     adv = torch.randn(len(rows))
     init = {n: p.detach().clone() for n, p in tr.named_params}
-    bare_opt = torch.optim.AdamW(tr.params, lr=cfg.optim.lr, fused=True)  # as ours (learner.adamw)
+    bare_opt = adamw(tr.params, cfg.optim.lr)  # the optimizer our learner builds (fused where it can be)
 
     def ours() -> float:
         reset(tr, init)
