@@ -44,7 +44,8 @@ def main(argv=None) -> dict:
     from seeupo.train.trainer import Trainer
 
     cfg = load_config("default", [f"model.name={model_name}", f"model.lora={'false' if model_name.startswith('tiny') else 'true'}",
-                                  "algo.name=grpo", "algo.rows=trajectory", "algo.kl_coef=0", "warmup.enabled=off",
+                                  "algo.name=grpo", "algo.rows=trajectory", "algo.minibatches=1", "algo.kl_coef=0",
+                                  "warmup.enabled=off",
                                   "run.loggers=[]",
                                   "run.out=/tmp/seeupo-bench"])
     tr = Trainer(cfg)

@@ -83,7 +83,7 @@ def run_ours(steps: int, lr: float) -> tuple[list[float], float]:
     from seeupo.train.config import load_config
     from seeupo.train.trainer import Trainer
 
-    cfg = load_config("default", ["algo.name=grpo", "algo.epochs=1", "algo.kl_coef=0", "algo.rows=trajectory",
+    cfg = load_config("default", ["algo.name=grpo", "algo.epochs=1", "algo.minibatches=1", "algo.kl_coef=0", "algo.rows=trajectory",
                                   f"optim.lr={lr}", "warmup.enabled=off", "run.loggers=[]",
                                   "run.out=/tmp/seeupo-bench", "rollout.max_new_tokens=32"])
     tr = Trainer(cfg)

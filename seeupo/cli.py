@@ -51,13 +51,13 @@ def lab_table1(
 
 
 def _print_rows(rows: list[dict], title: str) -> None:
-    from seeupo.lab.table1 import ALGOS, COLUMNS
+    from seeupo.lab.table1 import COLUMNS, cells, sort_key
 
     t = Table(title=title)
     for _, name, _ in COLUMNS:
         t.add_column(name)
-    for r in sorted(rows, key=lambda r: (r["setting"], r["policy"], r["mode"], ALGOS.index(r["algorithm"]))):
-        t.add_row(*[fmt.format(r[k]) for k, _, fmt in COLUMNS])
+    for r in sorted(rows, key=sort_key):
+        t.add_row(*cells(r))
     console.print(t)
 
 

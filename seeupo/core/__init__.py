@@ -4,7 +4,7 @@ No model, no config object, no I/O, no hidden state.
 """
 
 from seeupo.core.advantages import gae, grae
-from seeupo.core.algorithms import ALGORITHMS, Algorithm, get_algorithm
+from seeupo.core.algorithms import ALGORITHMS, Algorithm, Schedule, carries_factor, get_algorithm
 from seeupo.core.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
@@ -14,10 +14,10 @@ from seeupo.core.losses import (
     sequence_log_ratio,
 )
 from seeupo.core.registry import pick
-from seeupo.core.schedule import turn_order, update_factor
+from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 
 __all__ = [
-    "ALGORITHMS", "Algorithm", "KL_ESTIMATORS", "POLICY_LOSSES", "gae", "get_algorithm", "get_kl",
-    "get_policy_loss", "grae", "masked_mean", "pick", "sequence_log_ratio", "turn_order",
-    "update_factor",
+    "ALGORITHMS", "Algorithm", "KL_ESTIMATORS", "POLICY_LOSSES", "Schedule", "carries_factor",
+    "factor_log_ratio", "gae", "get_algorithm", "get_kl", "get_policy_loss", "grae", "masked_mean", "pick",
+    "sequence_log_ratio", "turn_order", "update_factor",
 ]

@@ -2,8 +2,9 @@
 
 ``turn_order`` turns a set of turn indices into **phases** (lists of turn indices updated
 together). Joint algorithms (PPO, GRPO, GSPO, RLOO, REINFORCE) have one phase; SeeUPO has one phase
-per turn, latest turn first. ``update_factor`` carries the importance ratios of already-updated
-turns into the advantages of the turns updated after them.
+per turn, latest turn first. ``factor_log_ratio`` is a turn's importance weight (whole-response or
+length-normalised) and ``update_factor`` carries the weights of already-updated turns into the
+advantages of the turns updated after them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from seeupo.core.losses import masked_sum, sequence_log_ratio
+
 ORDERS = ("reverse", "natural", "random", "joint", "window:W", "<list of ints>")
+ALIGNMENTS = ("from_start", "from_end")
+FACTOR_RATIOS = ("full", "geometric", "off")
 
 
 def turn_order(
@@ -20,39 +25,56 @@ def turn_order(
     order: str | Sequence[int],
     *,
     rng: torch.Generator | int | None = None,
+    alignment: str = "from_start",
 ) -> list[list[int]]:
     """Phases of turn indices, in update order.
 
-    - ``"reverse"``: ``[[t_max], ..., [t_min]]`` (SeeUPO's backward induction)
-    - ``"natural"``: ``[[t_min], ..., [t_max]]``
+    ``alignment`` says how the indices relate to time: ``"from_start"`` counts from each episode's
+    first turn (index 0 is the earliest decision stage), ``"from_end"`` counts back from each
+    episode's last turn (index 0 is the latest stage). The named orders speak of time, so they mean
+    the same in both alignments:
+
+    - ``"reverse"``: latest stage first (SeeUPO's backward induction)
+    - ``"natural"``: earliest stage first
     - ``"random"``: singletons in a permutation drawn from ``rng`` (a ``torch.Generator`` or a seed)
     - ``"joint"``: ``[[all turns, ascending]]``
-    - ``"window:W"``: the last ``W`` turns as reverse singletons, then one joint phase with the rest
-    - a list of ints: singletons in that order; it must be a permutation of ``turns``
+    - ``"window:W"``: the latest ``W`` stages as singletons, latest first, then one joint phase
+      with the rest
+    - a list of ints: singletons in that order, naming indices as given; listed indices absent
+      from ``turns`` are skipped, and every index in ``turns`` must be listed
 
     Example:
         >>> turn_order([0, 2, 1], "reverse")
         [[2], [1], [0]]
+        >>> turn_order([0, 2, 1], "reverse", alignment="from_end")
+        [[0], [1], [2]]
         >>> turn_order([0, 1, 2, 3], "window:2")
         [[3], [2], [0, 1]]
+        >>> turn_order([0, 1], [2, 1, 0])
+        [[1], [0]]
     """
     given = [int(t) for t in turns]
     ts = sorted(set(given))
     if len(ts) != len(given):
         raise ValueError(f"turn indices must be unique, got {given}")
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"unknown turn alignment {alignment!r}; valid names: {', '.join(ALIGNMENTS)}")
     if not isinstance(order, str):
         custom = [int(t) for t in order]
-        if sorted(custom) != ts:
-            raise ValueError(
-                f"a custom turn order must be a permutation of the turns present {ts}, got {custom}"
-            )
-        return [[t] for t in custom]
+        if len(set(custom)) != len(custom):
+            raise ValueError(f"a custom turn order lists each turn index once, got {custom}")
+        missing = [t for t in ts if t not in custom]
+        if missing:
+            raise ValueError(f"the custom turn order {custom} does not list the turn indices {missing} present "
+                             "in this iteration; list every index up to rollout.max_turns - 1")
+        return [[t] for t in custom if t in ts]
     if not ts:
         return []
+    in_time = ts if alignment == "from_start" else ts[::-1]  # earliest stage first
     if order == "reverse":
-        return [[t] for t in reversed(ts)]
+        return [[t] for t in reversed(in_time)]
     if order == "natural":
-        return [[t] for t in ts]
+        return [[t] for t in in_time]
     if order == "joint":
         return [ts]
     if order == "random":
@@ -68,9 +90,37 @@ def turn_order(
             w = 0
         if w < 1:
             raise ValueError(f"order {order!r}: the window must be a positive integer, e.g. 'window:2'")
-        tail, rest = ts[-w:], ts[:-w] if w < len(ts) else []
-        return [[t] for t in reversed(tail)] + ([rest] if rest else [])
+        tail, rest = in_time[-w:], (in_time[:-w] if w < len(in_time) else [])
+        return [[t] for t in reversed(tail)] + ([sorted(rest)] if rest else [])
     raise ValueError(f"unknown turn order {order!r}; valid: {', '.join(ORDERS)}")
+
+
+def factor_log_ratio(
+    logp_new_NL: torch.Tensor, logp_old_NL: torch.Tensor, mask_NL: torch.Tensor, kind: str = "full"
+) -> torch.Tensor:
+    """Log of each row's turn importance weight ``w_t`` for SeeUPO's factor, ``[N]``.
+
+    - ``"full"``: the whole response's ratio, ``sum_{j: mask=1}(logp_new - logp_old)`` (the
+      paper's Eq. 8 and HAML's weight; computed in log space)
+    - ``"geometric"``: the length-normalised ratio, ``mean_{j: mask=1}(logp_new - logp_old)``
+      (the authors' code; the same as the clipped loss's sequence ratio)
+    - ``"off"``: 0 (the factor stays 1)
+
+    A row with an empty mask gives 0 (weight 1).
+
+    Example:
+        >>> new, old = torch.tensor([[0., -1., 5.]]), torch.tensor([[-1., -1., 0.]])
+        >>> m = torch.tensor([[1, 1, 0]])
+        >>> factor_log_ratio(new, old, m, "full"), factor_log_ratio(new, old, m, "geometric")
+        (tensor([1.]), tensor([0.5000]))
+    """
+    if kind == "full":
+        return masked_sum(logp_new_NL - logp_old_NL, mask_NL, dim=-1)
+    if kind == "geometric":
+        return sequence_log_ratio(logp_new_NL, logp_old_NL, mask_NL)
+    if kind == "off":
+        return torch.zeros(logp_new_NL.shape[0], dtype=logp_new_NL.dtype, device=logp_new_NL.device)
+    raise ValueError(f"unknown factor ratio {kind!r}; valid names: {', '.join(FACTOR_RATIOS)}")
 
 
 def update_factor(
@@ -83,14 +133,15 @@ def update_factor(
     """SeeUPO's running factor after one turn's update.
 
     For each row ``r`` (at most one row per episode):
-    ``M'[e_r] = M[e_r] * exp(seq_log_ratio_r)``; with ``clip=(lo, hi)`` the ratio is clamped to
+    ``M'[e_r] = M[e_r] * exp(seq_log_ratio_r)``, with ``seq_log_ratio_r`` the log of the row's turn
+    weight (``factor_log_ratio``); with ``clip=(lo, hi)`` the ratio is clamped to
     ``[lo, hi]`` before multiplying and the product after. Episodes without a row keep their
     factor. The result does not depend on the order of the rows. Returns a new tensor.
 
     Args:
         factor_E: ``[E]`` current factor per episode (keyed by episode id).
         episode_index_R: ``[R]`` episode id of each row (unique).
-        seq_log_ratio_R: ``[R]`` log sequence ratio of each row under the updated policy.
+        seq_log_ratio_R: ``[R]`` log turn weight of each row under the updated policy.
 
     Example:
         >>> update_factor(torch.ones(3), torch.tensor([2, 0]), torch.log(torch.tensor([2., .5])))

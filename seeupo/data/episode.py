@@ -69,6 +69,7 @@ class Rows:
     episode: torch.Tensor  # [R] index of the episode in the batch
     turn: torch.Tensor  # [R] turn index (-1 for trajectory rows)
     token_turn: torch.Tensor | None = None  # [R, L] turn of each sampled token, -1 elsewhere
+    placeholder: torch.Tensor | None = None  # [R] bool: the authors' placeholder rows (turn_rows(placeholders_to=))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -77,7 +78,8 @@ class Rows:
         idx = torch.as_tensor(idx, dtype=torch.long)
         sub = Rows(*(getattr(self, f)[idx] for f in ("input_ids", "attention_mask", "loss_mask",
                                                      "old_logp", "episode", "turn")),
-                   token_turn=None if self.token_turn is None else self.token_turn[idx])
+                   token_turn=None if self.token_turn is None else self.token_turn[idx],
+                   placeholder=None if self.placeholder is None else self.placeholder[idx])
         width = int(sub.attention_mask.sum(-1).max()) if len(sub) else 0
         return sub.trim(width)
 
@@ -85,12 +87,13 @@ class Rows:
         """The rows on ``device`` (the same object's tensors where they are there already)."""
         return Rows(*(getattr(self, f).to(device) for f in ("input_ids", "attention_mask", "loss_mask", "old_logp",
                                                              "episode", "turn")),
-                    token_turn=None if self.token_turn is None else self.token_turn.to(device))
+                    token_turn=None if self.token_turn is None else self.token_turn.to(device),
+                    placeholder=None if self.placeholder is None else self.placeholder.to(device))
 
     def trim(self, width: int) -> "Rows":
         return Rows(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, :width],
                     self.old_logp[:, :width], self.episode, self.turn,
-                    None if self.token_turn is None else self.token_turn[:, :width])
+                    None if self.token_turn is None else self.token_turn[:, :width], self.placeholder)
 
 
 def _pad(rows: list[tuple[list[int], list[int], list[float], int, int, list[int]]], pad_id: int) -> Rows:
@@ -122,9 +125,11 @@ def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: st
     numbers turns back from each episode's last turn (0 = last), an experiment of SPEC §3.
 
     ``placeholders_to=T`` reproduces the authors' code (SPEC §3): every episode also gets a row for
-    each turn index it did not reach below ``T``, a copy of its last turn's row with an empty loss
-    mask (no loss, ratio 1, but full compute). Only for measuring what that costs."""
-    out = []
+    each turn index it did not reach below ``T``, a copy of its last turn's row (its tokens and mask),
+    flagged in ``Rows.placeholder``. The drivers give such rows advantage 0 (no policy loss) but,
+    as the authors' code does, count them in the row mean, apply the KL penalty to their tokens and
+    multiply the copied turn's ratio into the factor."""
+    out, flags = [], []
     for i, e in enumerate(episodes):
         for t, end in enumerate(e.turn_ends):
             label = t if alignment == "from_start" else e.n_turns - 1 - t
@@ -132,8 +137,14 @@ def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: st
                 continue
             mask = [int(m and k == t) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
             out.append((e.ids[:end], mask, e.logp[:end], i, label, e.turn_of[:end]))
+            flags.append(False)
         if placeholders_to and e.turn_ends:
-            end = e.turn_ends[-1]
+            end, last = e.turn_ends[-1], e.n_turns - 1
+            mask = [int(m and k == last) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
             for t in range(e.n_turns, placeholders_to):
-                out.append((e.ids[:end], [0] * end, e.logp[:end], i, t, [-1] * end))
-    return _pad(out, pad_id)
+                out.append((e.ids[:end], mask, e.logp[:end], i, t, [-1] * end))
+                flags.append(True)
+    rows = _pad(out, pad_id)
+    if placeholders_to:
+        rows.placeholder = torch.tensor(flags, dtype=torch.bool)
+    return rows

@@ -156,22 +156,47 @@ def iid_problem(shape: TreeShape, n_tasks: int, seeds: list[int]) -> Problem:
     return Problem("iid", shape, torch.stack(rewards))
 
 
-def trap_problem(seeds: list[int]) -> Problem:
-    """Hand-built two-turn instances where later states' values differ strongly from the task's.
+def trap_problem(seeds: list[int], tokens_per_turn: int = 2) -> Problem:
+    """A family of two-turn instances where later states' values differ strongly from the task's;
+    each seed draws its own reward tables (and, in the runner, its own initial policy).
 
-    Shape: T=2, L=2, V=2 (4 responses a turn, 16 trajectories). Rewards by (response 1, response 2):
+    Shape: T=2, L=``tokens_per_turn`` (default 2), V=2 (4 responses a turn, 16 trajectories). Two
+    tasks per instance, with the responses that matter drawn at random:
 
-    - task "needle": response 1 = 0 leads to the global best (response 2 = 0 gives 1.0) inside a
-      subtree whose other continuations give 0 (its state value starts at 0.25, far below the
-      task's 0.44); responses 1 = 1..3 lead to a flat 0.5 whatever follows.
-    - task "mirage": response 1 = 0 leads to a flat 0.7 (state value far above the task's 0.34);
-      responses 1 = 1..3 each hide 0.9 behind response 2 = 0, and 0 otherwise.
+    - "needle": one first response ``a*`` leads to the global best (1.0, behind one second response
+      ``b*``) inside a subtree whose other continuations give at most 0.1, so its state value under a
+      uniform policy is about 0.3; every other first response gives a flat ``U(0.4, 0.6)`` whatever
+      follows (state value about 0.5). A myopic turn-1 update moves away from ``a*``.
+    - "mirage": one first response gives a flat ``U(0.6, 0.75)`` (state value far above the other
+      subtrees' ~0.3); each other first response hides a high reward behind one second response, 0.0
+      to 0.1 elsewhere; one of them hides the optimum 1.0, the others ``U(0.8, 0.9)``.
 
-    Seeds differ only in the initial policy (see ``init_std`` of the runner); rewards are fixed.
+    The optimum (1.0 in each task) is unique and at least 0.1 above any other trajectory.
     """
-    shape = TreeShape(turns=2, tokens_per_turn=2, vocab=2)
+    shape = TreeShape(turns=2, tokens_per_turn=tokens_per_turn, vocab=2)
     a1, a2 = shape.turn_code(0), shape.turn_code(1)
-    needle = torch.where(a1 == 0, (a2 == 0).double(), torch.full_like(a1, 0, dtype=torch.float64) + 0.5)
-    mirage = torch.where(a1 == 0, torch.full_like(a1, 0, dtype=torch.float64) + 0.7, 0.9 * (a2 == 0).double())
-    rewards = torch.stack([needle, mirage]).unsqueeze(0).expand(len(seeds), -1, -1).clone()
-    return Problem("trap", shape, rewards)
+    n = shape.vocab**shape.tokens_per_turn
+    out = []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(7919 * seed + 11)
+
+        def u(lo, hi, size=()):
+            return lo + (hi - lo) * torch.rand(size, generator=g, dtype=torch.float64)
+
+        def pick():
+            return int(torch.randint(0, n, (), generator=g))
+
+        low = u(0.0, 0.1, (shape.n_traj,))  # off-path noise, separate per task
+        a_star, b_star = pick(), pick()
+        flat = u(0.4, 0.6, (n,))
+        needle = torch.where(a1 == a_star, torch.where(a2 == b_star, 1.0, low), flat[a1])
+        low = u(0.0, 0.1, (shape.n_traj,))
+        m_first = pick()
+        hidden = torch.randint(0, n, (n,), generator=g)
+        value = u(0.8, 0.9, (n,))
+        others = [a for a in range(n) if a != m_first]
+        value[others[int(torch.randint(0, len(others), (), generator=g))]] = 1.0
+        behind = torch.where(a2 == hidden[a1], value[a1], low)
+        mirage = torch.where(a1 == m_first, u(0.6, 0.75), behind)
+        out.append(torch.stack([needle, mirage]))
+    return Problem("trap", shape, torch.stack(out))

@@ -16,19 +16,24 @@ How the lab departs from the LLM trainer, on purpose:
   their T turn rows per episode instead of averaging them (a factor T on their step size).
 - PPO's critic is exact (the value of the sampling policy at every tree node) and GAE uses
   ``lam = 0`` by default, so its advantage is exactly ``Q - V`` per token.
-- Optimisation is plain gradient descent on full batches: ``epochs`` steps per phase.
+- Optimisation is plain gradient descent on full batches. The schedule is the algorithm's
+  declaration (``core.algorithms``) with the fields ``RunConfig`` sets; a phase takes ``epochs x
+  minibatches`` full-batch steps (a "minibatch" is a step on the whole exact or sampled batch, so
+  exact mode stays exact), ``minibatches="turns"`` meaning ``T``.
+- SeeUPO's factor follows the trainer's rule (``core.carries_factor``): only sequential
+  algorithms carry it, with the turn weight ``factor_ratio`` and the clamp ``factor_clip``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from seeupo.core.advantages import gae, grae
-from seeupo.core.algorithms import Algorithm
-from seeupo.core.losses import get_policy_loss, sequence_log_ratio
-from seeupo.core.schedule import turn_order, update_factor
+from seeupo.core.algorithms import Algorithm, Schedule, carries_factor
+from seeupo.core.losses import get_policy_loss
+from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 from seeupo.lab.problems import Problem
 
 MODES = ("exact", "sampled")
@@ -36,17 +41,27 @@ MODES = ("exact", "sampled")
 AGG = {"clip_token": "seq_mean", "reinforce": "seq_sum", "clip_sequence": None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     iterations: int = 200
     lr: float = 1.0
-    epochs: int | None = None  # None: the algorithm's default
-    clip_eps: float = 0.2
+    epochs: int | None = None  # None: the algorithm's schedule
+    minibatches: int | str | None = None  # full-batch steps per pass, or "turns" (T); None: the schedule's
+    clip_eps: float | None = None  # None: the schedule's
+    clip_eps_high: float | None = None  # None: the schedule's (or symmetric)
     group_size: int = 8  # episodes per task in sampled mode
     gae_lambda: float = 0.0
     init_std: float = 0.3  # std of the initial logits
     norm: str | None = None  # None: the algorithm's default
     match_step: bool = False  # rescale lr so that every algorithm's first-order step is REINFORCE's
+    factor_ratio: str = "geometric"  # SeeUPO's turn weight: geometric | full | off (core.factor_log_ratio)
+    factor_clip: tuple[float, float] | None = None  # clamp of each weight and of the product
+
+
+def schedule(algo: Algorithm, cfg: RunConfig) -> Schedule:
+    """The algorithm's declared schedule with the fields ``cfg`` sets."""
+    over = {k: getattr(cfg, k) for k in ("epochs", "minibatches", "clip_eps", "clip_eps_high")}
+    return replace(algo.schedule, **{k: v for k, v in over.items() if v is not None})
 
 
 @dataclass
@@ -55,17 +70,19 @@ class RunResult:
     theta_init: torch.Tensor  # [S, tasks, keys, V] initial logits
     theta: torch.Tensor  # final logits
     steps_per_iteration: int
+    schedule: dict  # the effective schedule (Schedule.as_dict)
     lr: float
     diagnostics: dict = field(default_factory=dict)
 
 
-def effective_lr(algo: Algorithm, cfg: RunConfig, tokens_per_turn: int) -> float:
-    """The step size used: ``cfg.lr``, or with ``match_step`` rescaled by ``L / epochs`` for
-    length-normalised multi-epoch losses so that one iteration's first-order move equals one
+def effective_lr(algo: Algorithm, cfg: RunConfig, tokens_per_turn: int, turns: int = 1) -> float:
+    """The step size used: ``cfg.lr``, or with ``match_step`` rescaled by ``L / steps per phase``
+    for length-normalised multi-step losses so that one iteration's first-order move equals one
     REINFORCE step."""
     if not cfg.match_step or algo.loss == "reinforce":
         return cfg.lr
-    return cfg.lr * tokens_per_turn / (cfg.epochs or algo.epochs)
+    sched = schedule(algo, cfg)
+    return cfg.lr * tokens_per_turn / (sched.epochs * sched.steps_per_pass(turns))
 
 
 def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunConfig, seed: int = 0) -> RunResult:
@@ -80,9 +97,11 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
     theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
     theta = theta_init.clone().requires_grad_()
     loss_fn = get_policy_loss(algo.loss)
-    epochs = cfg.epochs or algo.epochs
+    sched = schedule(algo, cfg)
+    steps_per_phase = sched.epochs * sched.steps_per_pass(T)
+    carry = carries_factor(algo, cfg.factor_ratio)
     norm = cfg.norm or algo.norm
-    lr = effective_lr(algo, cfg, L)
+    lr = effective_lr(algo, cfg, L, T)
 
     def token_logp(th):  # [S, tasks, n_traj, H]
         return torch.log_softmax(th, -1)[:, :, keys, tokens]
@@ -138,24 +157,24 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         phases = turn_order(range(T), algo.order, rng=gen)
         for k, phase in enumerate(phases):
             sel = torch.isin(row_turn, torch.tensor(phase))
-            for _ in range(epochs):
+            for _ in range(steps_per_phase):
                 new_rows = token_logp(theta).gather(2, ep_H).reshape(N * T, L)[sel]
                 loss, metrics = loss_fn(
-                    new_rows, old_rows[sel], adv_rows[sel], mask[sel], clip_eps=cfg.clip_eps,
-                    factor_N=factor[row_ep[sel]] if algo.sequential else None,
+                    new_rows, old_rows[sel], adv_rows[sel], mask[sel], clip_eps=sched.clip_eps,
+                    clip_eps_high=sched.clip_eps_high, factor_N=factor[row_ep[sel]] if carry else None,
                     weights_N=w_rows[sel], agg=AGG[algo.loss], denom=1.0)
                 (grad,) = torch.autograd.grad(loss, theta)
                 with torch.no_grad():
                     theta -= lr * grad
                 steps += 1
                 iteration_clip.append(float(metrics["clipfrac"]))
-            if algo.sequential and k + 1 < len(phases):
+            if carry and k + 1 < len(phases):
                 with torch.no_grad():
                     new_all = token_logp(theta).gather(2, ep_H).reshape(N * T, L)
                     for t in phase:
                         rows = row_turn == t
-                        slr = sequence_log_ratio(new_all[rows], old_rows[rows], mask[rows])
-                        factor = update_factor(factor, row_ep[rows], slr)
+                        lw = factor_log_ratio(new_all[rows], old_rows[rows], mask[rows], cfg.factor_ratio)
+                        factor = update_factor(factor, row_ep[rows], lw, clip=cfg.factor_clip)
         returns.append(expected_return(theta))
         clipfracs.append(sum(iteration_clip) / len(iteration_clip))
     early = clipfracs[: max(1, len(clipfracs) // 10)]
@@ -164,6 +183,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         theta_init=theta_init,
         theta=theta.detach(),
         steps_per_iteration=steps // max(cfg.iterations, 1),
+        schedule=sched.as_dict(),
         lr=lr,
         diagnostics={"clipfrac_mean": sum(clipfracs) / max(len(clipfracs), 1),
                      "clipfrac_first_tenth": sum(early) / max(len(early), 1)},

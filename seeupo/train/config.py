@@ -6,12 +6,13 @@ time with the fix in the message. The resolved config is saved in every run fold
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from dataclasses import replace
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seeupo.core.algorithms import ALGORITHMS
+from seeupo.core.algorithms import ALGORITHMS, TURNS, Schedule
 from seeupo.core.losses import KL_ESTIMATORS
 from seeupo.core.schedule import turn_order
 
@@ -53,28 +54,65 @@ class RolloutConfig(Strict):
                                "(a turn pre-fills only its new tokens)")
 
 
+SCHEDULE_KEYS = ("epochs", "minibatches", "clip_eps", "clip_eps_high")
+
+
+class ScheduleConfig(Strict):
+    """Fields of one algorithm's update schedule that a run sets; None keeps the declaration's
+    (``seeupo.core.algorithms``)."""
+
+    epochs: Optional[int] = Field(None, ge=1, description="passes over each phase's rows")
+    minibatches: Optional[Union[int, Literal["turns"]]] = Field(
+        None, description="optimizer steps per pass (rows split in random minibatches), or 'turns' (joint "
+        "algorithms): one per turn index present, i.e. SeeUPO's number of phases on the same rollouts")
+    clip_eps: Optional[float] = Field(None, gt=0, description="clip range, low side")
+    clip_eps_high: Optional[float] = Field(None, gt=0, description="clip range, high side (the declaration's "
+                                           "when unset; symmetric when the declaration has none)")
+
+    @field_validator("minibatches")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("minibatches must be >= 1 or 'turns'")
+        return v
+
+
 class AlgoConfig(Strict):
     name: str = Field("seeupo", description=f"one of: {', '.join(ALGORITHMS)}")
+    schedules: dict[str, ScheduleConfig] = Field(
+        default_factory=dict, description="per-algorithm schedule (epochs, minibatches, clip_eps, clip_eps_high); "
+        "only the running algorithm's entry is used, so a value set for one never changes another's. "
+        "Shorthand: algo.epochs=N on the command line sets the running algorithm's; in a preset file, that "
+        "file's algo.name's")
     norm: Optional[Literal["none", "group", "batch"]] = Field(None, description="advantage normalisation (None: the algorithm's)")
-    epochs: Optional[int] = Field(None, ge=1, description="passes over each phase's rows (None: the algorithm's)")
-    minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
-    clip_eps: float = Field(0.2, gt=0, description="clip range low side")
-    clip_eps_high: Optional[float] = Field(None, gt=0, description="clip range high side (None: clip_eps)")
     kl_coef: float = Field(0.0, ge=0, description="beta of the KL penalty to the reference policy")
     kl_estimator: str = Field("k3", description="k1 | k2 | k3")
-    order: Optional[str] = Field(None, description="turn order override: reverse|natural|random|joint|window:W")
+    order: Optional[Union[str, list[int]]] = Field(
+        None, description="turn order override: reverse|natural|random|joint|window:W or a list of turn indices "
+        "(e.g. [1, 0]); a joint algorithm given an order runs phases without the factor")
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
+    factor_ratio: Literal["full", "geometric", "off"] = Field(
+        "geometric", description="SeeUPO factor's turn weight: geometric (length-normalised, the authors' code), "
+        "full (the whole response's ratio, the paper's Eq. 8) or off (no factor); docs/core.md has the "
+        "measurement behind the default")
     fuse_factor: bool = Field(True, description="SeeUPO: fuse the factor's forward pass into the next turn's "
                               "(SPEC §6): a cached continuation over the later turn's tokens only")
     placeholders: bool = Field(False, description="the authors' placeholder rows for unreached turns up to "
                                "rollout.max_turns: no loss, full compute, counted in the row mean (authors_code)")
     factor_clip: Optional[tuple[float, float]] = Field(None, description="clamp of each factor and the product")
     advantage_clip: Optional[float] = Field(None, gt=0, description="clamp |advantage| (None: off)")
-    turn_alignment: Literal["from_start", "from_end"] = Field("from_start", description="turn indexing for pools")
+    turn_alignment: Literal["from_start", "from_end"] = Field(
+        "from_start", description="turn indexing for pools: from_start (0 = first turn) or from_end (0 = each "
+        "episode's last turn); named orders mean the same stages in both (reverse: latest first)")
     gamma: float = Field(1.0, ge=0, le=1, description="PPO discount")
     lam: float = Field(1.0, ge=0, le=1, description="PPO GAE lambda")
     vf_coef: float = Field(0.5, ge=0, description="PPO value-loss weight")
+
+    @field_validator("factor_ratio", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):  # YAML reads a bare off as False
+        return "off" if v is False else v
 
     @model_validator(mode="after")
     def _check(self):
@@ -82,9 +120,28 @@ class AlgoConfig(Strict):
             raise ValueError(f"algo.name={self.name!r} is not known; use one of: {', '.join(ALGORITHMS)}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"algo.kl_estimator={self.kl_estimator!r}; use one of: {', '.join(KL_ESTIMATORS)}")
-        if self.order is not None:
+        unknown = sorted(set(self.schedules) - set(ALGORITHMS))
+        if unknown:
+            raise ValueError(f"algo.schedules has unknown algorithms {unknown}; use: {', '.join(ALGORITHMS)}")
+        if isinstance(self.order, str):
             turn_order([0, 1, 2], self.order, rng=0)  # raises with the valid names
+        if self.schedule().minibatches == TURNS and self.effective_order() != "joint":
+            raise ValueError(f"algo.schedules.{self.name}.minibatches='turns' matches a joint update's steps to "
+                             "SeeUPO's phases; an update in turn phases takes an integer (e.g. 1)")
         return self
+
+    def schedule(self, name: str | None = None) -> Schedule:
+        """The effective schedule of algorithm ``name`` (default: this run's): its declaration with
+        the fields this config sets."""
+        name = name or self.name
+        base = ALGORITHMS[name].schedule
+        over = self.schedules.get(name)
+        if over is None:
+            return base
+        return replace(base, **{k: v for k, v in over.model_dump().items() if v is not None})
+
+    def effective_order(self):
+        return self.order if self.order is not None else ALGORITHMS[self.name].order
 
 
 class OptimConfig(Strict):
@@ -153,6 +210,10 @@ class Config(Strict):
         algo = ALGORITHMS[self.algo.name]
         if algo.estimator == "grae" and self.rollout.group_size < 2:
             raise ValueError(f"{self.algo.name} compares episodes of one task: set rollout.group_size >= 2")
+        order = self.algo.order
+        if isinstance(order, list) and sorted(order) != list(range(self.rollout.max_turns)):
+            raise ValueError(f"algo.order={order} must list every turn index 0..{self.rollout.max_turns - 1} once "
+                             f"(rollout.max_turns={self.rollout.max_turns}); indices absent from an iteration are skipped")
         return self
 
 
@@ -185,6 +246,8 @@ def load_config(preset: str | None = "default", overrides: list[str] | None = No
             raise ConfigError(f"override {item!r} must look like section.key=value, e.g. algo.name=grpo")
         key, raw = item.split("=", 1)
         pairs.append((key.strip(), yaml.safe_load(raw)))
+    name = dict(pairs).get("algo.name", tree.get("algo", {}).get("name", AlgoConfig().name))
+    pairs = [(_schedule_key(k, name), v) for k, v in pairs]
     env = dict(pairs).get("env.name")
     if env is not None and env != tree.get("env", {}).get("name", EnvConfig().name):
         _apply_env_overlay(tree, str(env))
@@ -218,12 +281,21 @@ def _preset_tree(preset: str, seen: tuple = ()) -> dict:
         raise ConfigError(f"preset {preset!r} inherits itself (base: ...)")
     tree = yaml.safe_load(path.read_text()) or {}
     base = tree.pop("base", None)
-    if base:
-        merged = _preset_tree(base, seen + (str(path),))
-        for key, value in _flatten(tree):
-            _set_dotted(merged, key, value)
-        tree = merged
-    return tree
+    merged = _preset_tree(base, seen + (str(path),)) if base else {}
+    # schedule shorthand in a preset file (algo.epochs: 2) belongs to that file's algorithm
+    name = (tree.get("algo") or {}).get("name") or (merged.get("algo") or {}).get("name") or AlgoConfig().name
+    for key, value in _flatten(tree):
+        _set_dotted(merged, _schedule_key(key, str(name)), value)
+    return merged
+
+
+def _schedule_key(key: str, algo_name: str) -> str:
+    """``algo.epochs`` -> ``algo.schedules.<algo_name>.epochs`` (the same for the other schedule
+    fields); any other key unchanged."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] == "algo" and parts[1] in SCHEDULE_KEYS:
+        return f"algo.schedules.{algo_name}.{parts[1]}"
+    return key
 
 
 def _flatten(d: dict, prefix: str = ""):
@@ -234,5 +306,13 @@ def _flatten(d: dict, prefix: str = ""):
             yield f"{prefix}{k}", v
 
 
+def resolved_dump(cfg: Config) -> dict:
+    """The config as saved with a run: the running algorithm's schedule written out in full, so the
+    file states the effective schedule and a resumed run keeps it whatever the defaults become."""
+    tree = cfg.model_dump(mode="json")
+    tree["algo"]["schedules"][cfg.algo.name] = cfg.algo.schedule().as_dict()
+    return tree
+
+
 def save_config(cfg: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    path.write_text(yaml.safe_dump(resolved_dump(cfg), sort_keys=False))

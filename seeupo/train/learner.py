@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from seeupo.core.losses import get_kl, get_policy_loss, masked_sum, sequence_log_ratio
-from seeupo.core.schedule import update_factor
+from seeupo.core.losses import get_kl, get_policy_loss, masked_sum
+from seeupo.core.schedule import factor_log_ratio, update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import Continuation, ValueHead, pack_lanes, token_logprobs
 from seeupo.train import parallel
@@ -120,6 +120,7 @@ class StepInputs:
     cont: Continuation | None = None  # [R, E]
     cont_old_logp: torch.Tensor | None = None  # [R, E] sampling log-probs of the continuation
     factor_clip: tuple[float, float] | None = None
+    factor_ratio: str = "geometric"  # the turn weight of the fused factor (core.factor_log_ratio)
 
     def cont_rows(self, idx) -> tuple[Continuation, torch.Tensor]:
         c = self.cont.select(idx)
@@ -136,12 +137,11 @@ class LossSpec:
     vf_coef: float = 0.5
     temperature: float = 1.0
     agg: str | None = None
-    count_empty_rows: bool = False  # rows without loss tokens count in the row mean (the authors' placeholders)
 
 
 def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
     tokens = float(rows.loss_mask.sum())
-    real_rows = float(len(rows) if spec.count_empty_rows else (rows.loss_mask.sum(-1) > 0).sum())
+    real_rows = float((rows.loss_mask.sum(-1) > 0).sum())
     if spec.name == "clip_sequence":
         return real_rows, tokens
     agg = spec.agg or ("seq_sum" if spec.name == "reinforce" else "token_mean")
@@ -175,7 +175,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
         factor = inp.factor[idx].to(dev) if inp.factor is not None else None
         if cont is not None:  # fused: the previous turn's ratio from this same forward
-            slr = sequence_log_ratio(s.cont_logp, c_old, cont.score_mask)
+            slr = factor_log_ratio(s.cont_logp, c_old, cont.score_mask, inp.factor_ratio)
             if real:
                 fused_slr[idx] = slr.cpu()
             factor = update_factor(factor, torch.arange(len(idx), device=dev), slr, clip=inp.factor_clip)

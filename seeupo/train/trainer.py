@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from seeupo.core.advantages import gae, grae
-from seeupo.core.algorithms import get_algorithm
+from seeupo.core.algorithms import carries_factor, get_algorithm
 from seeupo.core.metrics import avg_at_k, pass_at_k
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.envs.base import make_family
@@ -26,7 +26,7 @@ from seeupo.models.policy import Scorer, ValueHead, apply_lora
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
-from seeupo.train.config import Config, save_config
+from seeupo.train.config import Config, resolved_dump, save_config
 from seeupo.train.learner import LossSpec, adamw, score, swapped
 from seeupo.train.runlog import NullLog, RunLog, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
@@ -76,6 +76,20 @@ def _groups_with_signal(rewards: torch.Tensor, groups: torch.Tensor) -> float:
     """Share of groups whose episodes do not all have the same reward (only those carry a GRAE signal)."""
     ids = groups.unique()
     return sum(bool(rewards[groups == g].std() > 0) if (groups == g).sum() > 1 else False for g in ids) / max(len(ids), 1)
+
+
+def schedule_line(sched) -> str:
+    """One line stating an update schedule, printed at the start of every run."""
+    d = sched.as_dict()
+    mb = "one per turn index present (SeeUPO's phase count)" if d["minibatches"] == "turns" else d["minibatches"]
+    return (f"{d['epochs']} epoch(s) x minibatches {mb} per phase, clip [1 - {d['clip_eps']:g}, "
+            f"1 + {d['clip_eps_high']:g}]")
+
+
+def _mean_steps(records: list[dict]) -> float | None:
+    """Mean ``optimizer_steps`` over the iterations in ``metrics.jsonl`` (the measured schedule)."""
+    steps = [r["optimizer_steps"] for r in records if "reward_mean" in r and "optimizer_steps" in r]
+    return sum(steps) / len(steps) if steps else None
 
 
 def scheduled_lr(lr: float, warmup_iterations: int, it: int) -> float:
@@ -242,10 +256,14 @@ class Trainer:
         return logp
 
     def _loss_spec(self) -> LossSpec:
-        a = self.cfg.algo
-        return LossSpec(self.algo.loss, clip_eps=a.clip_eps, clip_eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
-                        kl_estimator=a.kl_estimator, vf_coef=a.vf_coef, temperature=self.cfg.rollout.temperature,
-                        count_empty_rows=a.placeholders)
+        a, sched = self.cfg.algo, self.schedule
+        return LossSpec(self.algo.loss, clip_eps=sched.clip_eps, clip_eps_high=sched.clip_eps_high, kl_coef=a.kl_coef,
+                        kl_estimator=a.kl_estimator, vf_coef=a.vf_coef, temperature=self.cfg.rollout.temperature)
+
+    @property
+    def schedule(self):
+        """The running algorithm's effective update schedule (``core.algorithms.Schedule``)."""
+        return self.cfg.algo.schedule()
 
     # ----------------------------------------------------------------- one iteration
     def iteration(self, it: int) -> dict:
@@ -263,12 +281,13 @@ class Trainer:
     def update(self, episodes: list[Episode], it: int) -> dict:
         """The learner's part of iteration ``it`` on ``episodes`` (advantages, the algorithm's
         phases and optimizer steps); returns the iteration's record without timings."""
-        cfg, algo = self.cfg, self.algo
+        cfg, algo, sched = self.cfg, self.algo, self.schedule
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         groups = torch.tensor([e.group for e in episodes])
         pad = self.tokenizer.pad_token_id
+        n_turns = max((e.n_turns for e in episodes), default=0)  # turn indices present (either alignment)
         ctx = UpdateContext(self.learner_model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
-                            cfg.optim.grad_clip, cfg.algo.epochs or algo.epochs, cfg.algo.minibatches,
+                            cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
                             torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head,
                             self._reference_logp, pack=cfg.optim.pack_width)
         self.model.train()
@@ -290,15 +309,17 @@ class Trainer:
             adv_E = grae(rewards, groups, norm=cfg.algo.norm or algo.norm, leave_one_out=algo.leave_one_out)
             if cfg.algo.advantage_clip:
                 adv_E = adv_E.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
-            order = cfg.algo.order or algo.order
+            order = cfg.algo.effective_order()
             if algo.sequential or order != "joint":
                 pools = turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment,
                                   placeholders_to=cfg.rollout.max_turns if cfg.algo.placeholders else None)
                 metrics, per_turn = sequential_update(ctx, pools, adv_E, order=order,
                                                       ratio_reference=cfg.algo.ratio_reference,
                                                       factor_clip=cfg.algo.factor_clip,
-                                                      fuse=cfg.algo.fuse_factor
-                                                      and cfg.algo.turn_alignment == "from_start")
+                                                      fuse=cfg.algo.fuse_factor and not cfg.algo.placeholders,
+                                                      carry_factor=carries_factor(algo, cfg.algo.factor_ratio),
+                                                      factor_ratio=cfg.algo.factor_ratio,
+                                                      alignment=cfg.algo.turn_alignment)
             else:
                 rows = (trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
                         else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))
@@ -316,7 +337,7 @@ class Trainer:
             d["success"] = sum(e.score >= cfg.eval.threshold for e in eps_t) / max(len(eps_t), 1)
             d["reward"] = sum(e.step_rewards[t] for e in eps_t if len(e.step_rewards) > t) / max(len(eps_t), 1)
         record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
-                  "advantage_abs_mean": float(adv_E.abs().mean()),
+                  "advantage_abs_mean": float(adv_E.abs().mean()), "advantage_abs_max": float(adv_E.abs().max()),
                   "groups_with_signal": _groups_with_signal(rewards, groups),
                   "turn": {str(t): d for t, d in sorted(per_turn.items())}}
         return record
@@ -335,7 +356,7 @@ class Trainer:
             parallel.barrier()
             return
         checkpoint.save(self.out, iteration=iteration, tensors=tensors, optimizer_state=opt_state,
-                        state=self.state, config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
+                        state=self.state, config_yaml=yaml.safe_dump(resolved_dump(self.cfg), sort_keys=False),
                         reference=ref)
         parallel.barrier()
 
@@ -345,6 +366,7 @@ class Trainer:
         main = parallel.is_main()
         if main:
             save_config(cfg, self.out / "config.yaml")
+        self._say(f"schedule of {cfg.algo.name}: {schedule_line(self.schedule)}")
         start = 0
         if self.resume:
             ck = checkpoint.latest(self.out)
@@ -419,6 +441,8 @@ class Trainer:
             "wall_seconds": self._wall(),
             "trainable_param_l2": l2,
             "warmup": self.state.get("warmup"),
+            "schedule": {**self.schedule.as_dict(),
+                         "optimizer_steps_per_iteration": _mean_steps(read_metrics(self.out)) if main else None},
         }
         if main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from seeupo.core.losses import sequence_log_ratio
-from seeupo.core.schedule import turn_order, update_factor
+from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import Continuation
 from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
@@ -49,7 +48,8 @@ def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
 
     return StepInputs(rows=rows, adv=cut(inp.adv), factor=cut(inp.factor), ref_logp=cut(inp.ref_logp),
                       returns=cut(inp.returns), old_values=cut(inp.old_values), cont=inp.cont and inp.cont.select(idx),
-                      cont_old_logp=None if inp.cont is None else inp.cont_rows(idx)[1], factor_clip=inp.factor_clip)
+                      cont_old_logp=None if inp.cont is None else inp.cont_rows(idx)[1], factor_clip=inp.factor_clip,
+                      factor_ratio=inp.factor_ratio)
 
 
 def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dict]:
@@ -121,10 +121,17 @@ def _continuation(rows: Rows, prev: Rows, prev_turn: int) -> tuple[Continuation,
     return Continuation(ids, att, scored), old
 
 
-def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order: str,
-                      ratio_reference: str = "sampling", factor_clip=None,
-                      fuse: bool = True) -> tuple[dict, dict]:
-    """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics).
+def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order,
+                      ratio_reference: str = "sampling", factor_clip=None, fuse: bool = True,
+                      carry_factor: bool = True, factor_ratio: str = "geometric",
+                      alignment: str = "from_start") -> tuple[dict, dict]:
+    """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics); ``metrics["phase_order"]``
+    lists the phases in the order they ran.
+
+    ``order`` and ``alignment`` go to ``core.turn_order`` (reverse = latest decision stage first in
+    either alignment). ``carry_factor=False`` runs the phases without SeeUPO's factor (a joint
+    algorithm given a turn order, or ``factor_ratio="off"``). ``factor_ratio`` is the turn weight
+    the factor multiplies in (``core.factor_log_ratio``: ``full`` or ``geometric``).
 
     ``fuse``: when a phase trains turn ``t - 1`` right after the phase of turn ``t`` (the reverse
     order), with one optimizer step per pass and the sampling ratio reference, the factor's forward
@@ -136,10 +143,11 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     E = adv_E.shape[0]
     factor = torch.ones(E, dtype=torch.float32)
     turns = sorted(set(pools.turn.tolist()))
-    phases = turn_order(turns, order, rng=ctx.generator)
+    phases = turn_order(turns, order, rng=ctx.generator, alignment=alignment)
     per_turn: dict = {}
     all_steps: list[dict] = []
-    can_fuse = (fuse and ctx.minibatches == 1 and ratio_reference == "sampling" and pools.token_turn is not None)
+    can_fuse = (fuse and carry_factor and ctx.minibatches == 1 and ratio_reference == "sampling"
+                and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None)
     prev = None  # (rows, turn) of the previous phase, when its factor is still owed
     ref_all = _reference(ctx, pools)  # the KL reference's log-probs, for every pool in one pass
     for k, phase in enumerate(phases):
@@ -151,7 +159,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
             cont = _continuation(rows, prev[0], prev[1])
         if cont is None and prev is not None:  # not fused: the owed factor by a separate scoring pass
-            _settle(ctx, prev, per_turn, factor_clip, factor)
+            _settle(ctx, prev, per_turn, factor_clip, factor, factor_ratio)
         prev = None
         if ratio_reference == "incremental":
             old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens,
@@ -159,9 +167,11 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             rows = replace(rows, old_logp=old)
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
+        if rows.placeholder is not None:  # the authors' placeholders: no policy loss, still KL and factor
+            a_rows = torch.where(rows.placeholder, torch.zeros_like(a_rows), a_rows)
         inp = StepInputs(rows=rows, adv=a_rows, factor=f_rows, ref_logp=ref,
                          cont=cont[0] if cont else None, cont_old_logp=cont[1] if cont else None,
-                         factor_clip=factor_clip)
+                         factor_clip=factor_clip, factor_ratio=factor_ratio)
         after_first = None
         if cont is not None:
             def after_first(inp, slr, rows=rows, owed=owed, mask=cont[0].score_mask):
@@ -181,24 +191,26 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
                            "factor_max": float(f_sel.max()), "clipfrac": phase_m.get("clipfrac", 0.0),
                            "kl": phase_m.get("kl", 0.0), "entropy": phase_m.get("entropy", 0.0), "phase": k,
                            "fused": cont is not None}
-        if k + 1 < len(phases):
+        if k + 1 < len(phases) and carry_factor:
             if can_fuse and len(phase) == 1:
                 prev = (natural, phase[0])  # settled by the next phase's first forward (or _settle)
             else:
-                _settle(ctx, (rows, None), per_turn, factor_clip, factor, turns_of_phase=phase)
+                _settle(ctx, (rows, None), per_turn, factor_clip, factor, factor_ratio, turns_of_phase=phase)
     metrics = _mean(all_steps)
     metrics["optimizer_steps"] = len(all_steps)
     metrics["phases"] = len(phases)
+    metrics["phase_order"] = phases
     if all_steps:
         metrics["logp_gap_max"] = all_steps[0].get("logp_gap_max", 0.0)
     return metrics, per_turn
 
 
-def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch.Tensor, turns_of_phase=None):
+def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch.Tensor, factor_ratio: str,
+            turns_of_phase=None):
     """The factor of a finished phase by its own scoring pass under the updated parameters."""
     rows, turn = prev
     new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens, pack=ctx.pack)
-    slr = sequence_log_ratio(new, rows.old_logp, rows.loss_mask)
+    slr = factor_log_ratio(new, rows.old_logp, rows.loss_mask, factor_ratio)
     for t in (turns_of_phase or [turn]):
         sel = rows.turn == t
         per_turn[t]["ratio_mean"] = float(slr[sel].exp().mean())

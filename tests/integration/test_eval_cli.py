@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from seeupo.cli import app
@@ -27,3 +29,38 @@ def test_eval_checkpoint_of_a_tiny_run(tmp_path):
     res = CliRunner().invoke(app, ["sample", str(run), "--n", "4", "--top", "2"])
     assert res.exit_code == 0, res.output
     assert "4 episodes" in res.output and "most frequent responses" in res.output
+
+
+def test_avg_and_pass_at_k_on_a_policy_that_succeeds_on_some_samples(tmp_path):
+    """A scripted policy that follows the oracle on each turn with probability 0.6: some samples of a
+    task succeed and others fail, so avg@k and pass@k differ. Both are recomputed here from the
+    episodes themselves (success matrix built by hand, plain Python means)."""
+    import random
+
+    from seeupo.data.episode import derive_seed
+    from seeupo.rollout.runner import run_episodes
+    from seeupo.rollout.sampler import ScriptedPolicy
+    from seeupo.train.config import load_config
+    from seeupo.train.trainer import Trainer
+
+    cfg = load_config("tiny", ["warmup.enabled=off", "eval.tasks=12", "eval.k=4", "run.loggers=[jsonl]",
+                               f"run.out={tmp_path}", "env.options={}", "rollout.max_turns=4"])
+    tr = Trainer(cfg)
+
+    def coin(env, rng: random.Random) -> str:
+        return env.oracle_action() if rng.random() < 0.6 else '{"tool": "answer", "value": -1}'
+
+    policy = ScriptedPolicy(coin, tr.chat.encode, tr.chat.eos_id)
+    res = tr.evaluate(policy=policy, tag="coin")
+    tasks = tr.family.tasks("test")[:12]
+    jobs = [(t, i, s, derive_seed(cfg.run.seed, "coin", t.id, s)) for i, t in enumerate(tasks) for s in range(4)]
+    eps = run_episodes(policy, tr.chat, tr.family, jobs, tr.limits)
+    wins = {}
+    for (t, i, s, _), e in zip(jobs, eps):
+        wins.setdefault(i, []).append(e.score >= cfg.eval.threshold)
+    avg = sum(sum(w) for w in wins.values()) / (12 * 4)
+    passk = sum(any(w) for w in wins.values()) / 12
+    assert 0 < avg < passk <= 1
+    assert any(0 < sum(w) < 4 for w in wins.values())  # mixed tasks exist
+    assert res.avg == pytest.approx(avg, abs=1e-6) and res.passk == pytest.approx(passk, abs=1e-6)
+    assert res.k == 4 and res.tasks == 12

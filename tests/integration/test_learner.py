@@ -103,6 +103,8 @@ def ctx_for(model, lr, epochs=2):
 
 
 def test_factor_is_one_with_zero_learning_rate(tiny, episodes):
+    """An identity (STYLE.md): with lr 0 nothing moves, so every weight is 1 (exactly, with the
+    incremental reference). It cannot tell the references apart; test_reference.py does."""
     pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
     adv = torch.linspace(-1, 1, len(episodes))
     _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, order="reverse",
@@ -190,24 +192,54 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
         assert torch.allclose(p, q, atol=1e-5, rtol=1e-4)
     for t in ta:
         for key in ("factor_mean", "factor_min", "factor_max", "adv_x_factor_mean"):
-            assert abs(ta[t][key] - tb[t][key]) < 1e-4, (t, key)
+            assert ta[t][key] == pytest.approx(tb[t][key], rel=1e-5, abs=1e-4), (t, key)
         if "ratio_mean" in ta[t]:
-            assert abs(ta[t]["ratio_mean"] - tb[t]["ratio_mean"]) < 1e-4
+            assert ta[t]["ratio_mean"] == pytest.approx(tb[t]["ratio_mean"], rel=1e-5, abs=1e-4)
     assert na == len(ta) - 1 and nb == 0  # one scoring pass per owed factor, none when fused
     assert any(d["fused"] for d in tb.values()) and not any(d["fused"] for d in ta.values())
 
 
-def test_placeholder_rows_cost_compute_but_change_no_factor(tiny, episodes):
-    """The authors' placeholders (SPEC §3): a row per unreached turn index, no loss, ratio 1."""
+def test_placeholder_rows_behave_as_in_the_authors_code(tiny, episodes, monkeypatch):
+    """The authors' placeholders (SPEC §3, authors_code): a copy of the episode's last turn for each
+    unreached turn index: no policy loss (advantage 0), but they count in the row mean, get the KL
+    penalty on the copied tokens and multiply the copied turn's (clamped) ratio into the factor."""
+    import seeupo.train.update as upd
+
     pad = tiny.tokenizer.pad_token_id
+    episodes = [e if i % 2 else _first_turns(e, 1) for i, e in enumerate(episodes)]
     T = max(e.n_turns for e in episodes) + 1
     pools = turn_rows(episodes, pad, placeholders_to=T)
     assert len(pools) == len(episodes) * T
-    empty = pools.loss_mask.sum(-1) == 0
-    assert int(empty.sum()) == sum(T - e.n_turns for e in episodes)
-    adv = torch.linspace(-1, 1, len(episodes))
+    ph = pools.placeholder
+    assert int(ph.sum()) == sum(T - e.n_turns for e in episodes)
+    for r in torch.nonzero(ph).squeeze(-1).tolist():  # the copied turn's tokens are its loss tokens
+        e = episodes[int(pools.episode[r])]
+        last = (pools.episode == pools.episode[r]) & (pools.turn == e.n_turns - 1) & ~ph
+        assert torch.equal(pools.loss_mask[r], pools.loss_mask[torch.nonzero(last).item()])
+    seen = []
+    real_step = upd.optimizer_step
+
+    def spy(model, opt, params, inp, spec, **kw):
+        seen.append(inp)
+        return real_step(model, opt, params, inp, spec, **kw)
+
+    monkeypatch.setattr(upd, "optimizer_step", spy)
+    adv = torch.linspace(-1, 1, len(episodes)) + 0.05  # no episode with advantage 0
     ctx = ctx_for(tiny.model, 0.5, epochs=1)
-    ctx.spec = LossSpec("clip_sequence", count_empty_rows=True)
-    metrics, per_turn = sequential_update(ctx, pools, adv, order="reverse", ratio_reference="incremental")
-    assert metrics["phases"] == T and per_turn[T - 1]["factor_max"] == 1.0  # a phase of placeholders only
-    assert all(per_turn[t]["rows"] == len(episodes) for t in range(T))
+    ctx.spec = LossSpec("clip_sequence", kl_coef=0.1)
+    ref_model = copy.deepcopy(tiny.model)
+    ctx.reference_logp = lambda rows: score(ref_model, rows, temperature=1.0, budget_tokens=4096)[0]
+    metrics, per_turn = sequential_update(ctx, pools, adv, order="reverse", ratio_reference="incremental",
+                                          factor_ratio="geometric", factor_clip=(0.8, 1.2))
+    assert metrics["phases"] == T and all(per_turn[t]["rows"] == len(episodes) for t in range(T))
+    assert len(seen) == T
+    for inp in seen:
+        p = inp.rows.placeholder
+        assert torch.all(inp.adv[p] == 0) and torch.all(inp.adv[~p] != 0)
+        assert inp.ref_logp is not None and torch.all(inp.rows.loss_mask[p].sum(-1) > 0)  # KL on their tokens
+    assert per_turn[T - 1]["kl"] >= 0 and "kl" in per_turn[T - 1]
+    # the turn-0 phase: one-turn episodes carry the product of their placeholders' clamped ratios
+    last = seen[-1]
+    short = torch.tensor([episodes[int(e)].n_turns == 1 for e in last.rows.episode])
+    f = last.factor[short]
+    assert torch.all((f >= 0.8 - 1e-6) & (f <= 1.2 + 1e-6)) and torch.any((f - 1).abs() > 1e-4)

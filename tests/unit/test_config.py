@@ -24,6 +24,11 @@ def test_overrides_are_typed():
     ("algo.order=sideways", "unknown turn order"),
     ("rollout.temperature=0", "greater than 0"),
     ("algo.kl_estimator=k9", "k1, k2, k3"),
+    ("algo.order=[0, 2]", "must list every turn index 0..3 once"),
+    ("algo.minibatches=turns", "an update in turn phases takes an integer"),
+    ("algo.schedules.grpo2.epochs=2", "unknown algorithms ['grpo2']"),
+    ("algo.epochs=0", "greater than or equal to 1"),
+    ("algo.factor_ratio=sqrt", "'full', 'geometric' or 'off'"),
     ("nonsense", "section.key=value"),
 ])
 def test_bad_config_fails_with_the_fix(override, message):
@@ -72,3 +77,33 @@ def test_lr_warmup_schedule_and_the_tiny_preset_uses_it():
         runner.run(t)
     assert runner.failures == 0
     assert load_config("tiny").optim.lr_warmup_iterations == 5 and load_config("default").optim.lr_warmup_iterations == 0
+
+
+def test_schedules_per_preset_are_matched_and_gspo_keeps_its_range():
+    for preset in ("default", "tiny", "authors_code"):
+        c = load_config(preset)
+        seeupo = c.algo.schedule("seeupo")
+        assert seeupo.minibatches == 1
+        for name in ("ppo", "grpo", "gspo"):
+            s = c.algo.schedule(name)
+            assert s.minibatches == "turns" and s.epochs == seeupo.epochs, (preset, name)
+        for name in ("reinforce", "rloo"):
+            assert c.algo.schedule(name).optimizer_steps(n_turns=4, phases=1) == 1
+        gspo = c.algo.schedule("gspo")
+        if preset == "authors_code":
+            assert gspo.clip_eps == gspo.clip_eps_high == 0.2  # the authors' GSPO ran with the token range
+        else:
+            assert gspo.clip_eps <= 1e-3 and gspo.clip_eps_high <= 1e-3
+
+
+def test_saved_config_states_the_effective_schedule_and_loads_back(tmp_path):
+    from seeupo.train.config import save_config
+
+    c = load_config("tiny", ["algo.name=gspo", "algo.factor_ratio=off"])
+    save_config(c, tmp_path / "config.yaml")
+    back = load_config(str(tmp_path / "config.yaml"))
+    assert back.algo.schedules["gspo"].model_dump() == {"epochs": 2, "minibatches": "turns", "clip_eps": 3e-4,
+                                                        "clip_eps_high": 4e-4}
+    assert back.algo.schedule() == c.algo.schedule() and back.algo.factor_ratio == "off"
+    save_config(load_config("tiny", ["algo.order=[1, 0]"]), tmp_path / "ordered.yaml")
+    assert load_config(str(tmp_path / "ordered.yaml")).algo.order == [1, 0]

@@ -53,7 +53,8 @@ def test_seeupo_on_one_turn_equals_gspo_with_batch_norm():
         cfg = RunConfig(iterations=5, lr=30.0)
         a = run(p, get_algorithm("seeupo"), mode=mode, policy="per_turn", cfg=cfg, seed=1)
         b = run(p, get_algorithm("gspo"), mode=mode, policy="per_turn",
-                cfg=RunConfig(iterations=5, lr=30.0, norm="batch"), seed=1)
+                cfg=RunConfig(iterations=5, lr=30.0, norm="batch", epochs=1, minibatches=1, clip_eps=0.2,
+                              clip_eps_high=0.2), seed=1)
         assert torch.equal(a.theta, b.theta)
 
 
@@ -88,3 +89,38 @@ def test_bad_mode_and_policy_fail_clearly():
         run(p, get_algorithm("ppo"), mode="exact", policy="tied", cfg=RunConfig(iterations=1))
     with pytest.raises(ValueError, match="valid names"):
         get_algorithm("dpo")
+
+
+def test_trap_family_has_a_table_per_seed_and_a_separated_optimum():
+    p = trap_problem(list(range(6)))
+    assert len({tuple(r.flatten().tolist()) for r in p.rewards}) == 6
+    top2 = p.rewards.topk(2, -1).values
+    assert torch.all(top2[..., 0] == 1.0) and torch.all(top2[..., 0] - top2[..., 1] >= 0.1 - 1e-12)
+
+
+def test_factor_variants_and_the_declared_clip_reach_the_update():
+    p = trap_problem([0, 1, 2])
+    algo = get_algorithm("seeupo")
+    thetas = {}
+    for name, kw in {"full": {"factor_ratio": "full"}, "geometric": {}, "off": {"factor_ratio": "off"},
+                     "clamped": {"factor_ratio": "geometric", "factor_clip": (0.8, 1.2)}}.items():
+        thetas[name] = run(p, algo, mode="exact", policy="per_turn", cfg=RunConfig(iterations=3, lr=100.0, **kw)).theta
+    names = list(thetas)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not torch.allclose(thetas[a], thetas[b]), (a, b)
+    gspo = get_algorithm("gspo")
+    declared = run(p, gspo, mode="exact", policy="per_turn", cfg=RunConfig(iterations=2, lr=30.0))
+    wide = run(p, gspo, mode="exact", policy="per_turn",
+               cfg=RunConfig(iterations=2, lr=30.0, clip_eps=0.2, clip_eps_high=0.2))
+    assert declared.schedule["clip_eps"] == 3e-4 and not torch.allclose(declared.theta, wide.theta)
+    assert declared.steps_per_iteration == 4  # GSPO's declared schedule: one epoch of four minibatches
+
+
+def test_matched_baseline_takes_seeupos_steps():
+    p = separated_problem(TreeShape(3, 2, 2), 2, [0])
+    cfg = RunConfig(iterations=2, lr=1.0, epochs=4, minibatches=1)
+    seq = run(p, get_algorithm("seeupo"), mode="exact", policy="per_turn", cfg=cfg)
+    matched = run(p, get_algorithm("grpo"), mode="exact", policy="per_turn",
+                  cfg=RunConfig(iterations=2, lr=1.0, epochs=4, minibatches="turns"))
+    assert seq.steps_per_iteration == matched.steps_per_iteration == 12

@@ -1,16 +1,12 @@
-import doctest
+import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seeupo.core.schedule as sched_mod
-from seeupo.core.schedule import turn_order, update_factor
-
-
-def test_docstring_examples():
-    assert doctest.testmod(sched_mod).failed == 0
+from seeupo.core.algorithms import ALGORITHMS, Schedule, carries_factor
+from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 
 
 def test_turn_order_hand_cases():
@@ -20,7 +16,19 @@ def test_turn_order_hand_cases():
     assert turn_order([0, 1, 2, 3, 4], "window:2") == [[4], [3], [0, 1, 2]]
     assert turn_order([0, 1], "window:5") == [[1], [0]]
     assert turn_order([0, 1, 2], [1, 0, 2]) == [[1], [0], [2]]
+    assert turn_order([0, 2], [2, 1, 0]) == [[2], [0]]  # listed but absent: skipped
     assert turn_order([], "reverse") == []
+
+
+def test_named_orders_speak_of_time_in_either_alignment():
+    # from_end: index 0 is each episode's last turn, the latest decision stage
+    assert turn_order([0, 1, 2], "reverse", alignment="from_end") == [[0], [1], [2]]
+    assert turn_order([0, 1, 2], "natural", alignment="from_end") == [[2], [1], [0]]
+    assert turn_order([0, 1, 2, 3], "window:2", alignment="from_end") == [[0], [1], [2, 3]]
+    assert turn_order([0, 1, 2], "joint", alignment="from_end") == [[0, 1, 2]]
+    assert turn_order([0, 1, 2], [1, 2, 0], alignment="from_end") == [[1], [2], [0]]  # lists name indices
+    with pytest.raises(ValueError, match="alignment"):
+        turn_order([0, 1], "reverse", alignment="backwards")
 
 
 @settings(max_examples=30, deadline=None)
@@ -33,8 +41,10 @@ def test_random_order_is_a_reproducible_permutation(turns, seed):
 
 
 def test_turn_order_bad_input():
-    with pytest.raises(ValueError, match="permutation"):
+    with pytest.raises(ValueError, match=r"does not list the turn indices \[2\]"):
         turn_order([0, 1, 2], [0, 1])
+    with pytest.raises(ValueError, match="once"):
+        turn_order([0, 1], [0, 1, 1])
     with pytest.raises(ValueError, match="window"):
         turn_order([0, 1], "window:0")
     with pytest.raises(ValueError, match="unknown turn order"):
@@ -88,3 +98,52 @@ def test_update_factor_bad_input():
         update_factor(torch.ones(3), torch.tensor([1, 1]), torch.zeros(2))
     with pytest.raises(ValueError, match="out of range"):
         update_factor(torch.ones(3), torch.tensor([3]), torch.zeros(1))
+
+
+def factor_log_ratio_loop(new, old, mask, kind):
+    out = []
+    for r in range(new.shape[0]):
+        d = [float(new[r, j] - old[r, j]) for j in range(new.shape[1]) if mask[r, j]]
+        if kind == "full":
+            out.append(sum(d))
+        elif kind == "geometric":
+            out.append(sum(d) / len(d) if d else 0.0)
+        else:
+            out.append(0.0)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 999), kind=st.sampled_from(["full", "geometric", "off"]))
+def test_factor_log_ratio_matches_a_loop(seed, kind):
+    g = torch.Generator().manual_seed(seed)
+    new, old = torch.randn(4, 6, generator=g, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64)
+    mask = (torch.rand(4, 6, generator=g) < 0.6).long()
+    mask[0] = 0  # an empty row: weight 1
+    got = factor_log_ratio(new, old, mask, kind)
+    assert torch.allclose(got, factor_log_ratio_loop(new, old, mask, kind))
+    assert got[0] == 0
+
+
+def test_full_weight_is_the_product_of_token_ratios_and_geometric_its_mean_root():
+    new = torch.log(torch.tensor([[0.5, 0.2, 0.9]], dtype=torch.float64))
+    old = torch.log(torch.tensor([[0.25, 0.4, 0.9]], dtype=torch.float64))
+    full = math.exp(float(factor_log_ratio(new, old, torch.ones(1, 3), "full")))
+    geo = math.exp(float(factor_log_ratio(new, old, torch.ones(1, 3), "geometric")))
+    assert full == pytest.approx(2.0 * 0.5 * 1.0) and geo == pytest.approx(full ** (1 / 3))
+    with pytest.raises(ValueError, match="full, geometric, off"):
+        factor_log_ratio(new, old, torch.ones(1, 3), "arithmetic")
+
+
+def test_schedules_declared_and_counted():
+    assert Schedule(epochs=2, minibatches=3).optimizer_steps(n_turns=5, phases=4) == 24
+    assert Schedule(minibatches="turns").steps_per_pass(n_turns=4) == 4
+    gspo = ALGORITHMS["gspo"].schedule
+    assert gspo.clip_eps <= 1e-3 and gspo.clip_eps_high <= 1e-3  # GSPO's own sequence-level range
+    assert ALGORITHMS["reinforce"].schedule.optimizer_steps(n_turns=3, phases=1) == 1
+    with pytest.raises(ValueError, match="minibatches"):
+        Schedule(minibatches="some")
+    with pytest.raises(ValueError, match="epochs"):
+        Schedule(epochs=0)
+    assert [n for n, a in ALGORITHMS.items() if carries_factor(a)] == ["seeupo", "seeupo-natural", "seeupo-random"]
+    assert not carries_factor(ALGORITHMS["seeupo"], "off")

@@ -1,0 +1,182 @@
+"""One SeeUPO iteration against an independent reference.
+
+The reference below is written from SPEC §3 alone: its own loop over phases, rows and tokens, one
+unbatched forward per row with the full ``[L, vocab]`` logits, its own clipped surrogate and its own
+factor. It calls nothing of the library's learner, losses or schedule, so a wrong loss, ratio,
+denominator, factor, order or micro-batching in ``sequential_update`` shows up as a parameter gap.
+"""
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from seeupo.data.episode import derive_seed, turn_rows
+from seeupo.envs import make_family
+from seeupo.rollout.runner import RolloutLimits, run_episodes
+from seeupo.rollout.sampler import HFSampler
+from seeupo.train.learner import LossSpec
+from seeupo.train.update import UpdateContext, sequential_update
+
+LR, EPOCHS, EPS = 0.01, 2, 0.2  # a step small enough that the full weights stay within float32 reach
+
+
+def _first_turns(e, n: int):
+    end = e.turn_ends[n - 1]
+    return dataclasses.replace(e, ids=e.ids[:end], gen_mask=e.gen_mask[:end], turn_of=e.turn_of[:end],
+                               logp=e.logp[:end], turn_ends=e.turn_ends[:n], step_rewards=e.step_rewards[:n])
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny, chat):
+    """Episodes of 3, 2 and 1 turns (mixed lengths: later pools have fewer rows)."""
+    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
+    tasks = fam.tasks("train")[:3]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    jobs = [(t, i, g, derive_seed(11, i, g)) for i, t in enumerate(tasks) for g in range(3)]
+    eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8))
+    cut = [e if i % 3 == 0 else _first_turns(e, max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
+    assert sorted({e.n_turns for e in cut}) == [1, 2, 3], [e.n_turns for e in cut]
+    return cut
+
+
+def turn_logp(model, e, t: int) -> torch.Tensor:
+    """Log-probs of turn ``t``'s generated tokens, from one forward over the episode up to the end of
+    that turn: the decoder's last hidden states, then the full ``[vocab]`` logits and log-softmax at
+    each position that predicts one of the turn's tokens."""
+    end = e.turn_ends[t]
+    ids = torch.tensor(e.ids[:end]).unsqueeze(0)
+    hidden = model.model(input_ids=ids).last_hidden_state[0]
+    out = []
+    for j in range(1, end):
+        if e.gen_mask[j] and e.turn_of[j] == t:
+            logits = model.lm_head(hidden[j - 1]).float()
+            out.append(torch.log_softmax(logits, -1)[e.ids[j]])
+    return torch.stack(out)
+
+
+def sampling_logp(e, t: int) -> torch.Tensor:
+    return torch.tensor([lp for j, lp in enumerate(e.logp[: e.turn_ends[t]]) if e.gen_mask[j] and e.turn_of[j] == t])
+
+
+def reference_iteration(model, episodes, adv, *, order, ratio_reference, factor_ratio, factor_clip,
+                        stop_after_phases=None):
+    """SPEC §3, one iteration: phases over turn indices, ``EPOCHS`` full-batch SGD steps each on
+    ``-mean_rows min(rho A M, clip(rho) A M)``, then ``M *= w_t`` under the updated parameters.
+    Returns the model and the factor ``M`` per episode."""
+    m = copy.deepcopy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    T = max(e.n_turns for e in episodes)
+    turns = list(range(T))[::-1] if order == "reverse" else list(range(T))
+    M = [1.0] * len(episodes)
+    for k, t in enumerate(turns[:stop_after_phases]):
+        rows = [i for i, e in enumerate(episodes) if e.n_turns > t]
+        with torch.no_grad():
+            old = {i: (sampling_logp(episodes[i], t) if ratio_reference == "sampling"
+                       else turn_logp(m, episodes[i], t)) for i in rows}
+        for _ in range(EPOCHS):
+            total = 0.0
+            for i in rows:
+                d = turn_logp(m, episodes[i], t) - old[i]
+                rho = torch.exp(d.mean())
+                a = float(adv[i]) * M[i]
+                total = total - torch.minimum(rho * a, torch.clamp(rho, 1 - EPS, 1 + EPS) * a)
+            loss = total / len(rows)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    if g is not None:
+                        p -= LR * g
+        if k + 1 < len(turns):
+            with torch.no_grad():
+                for i in rows:
+                    d = turn_logp(m, episodes[i], t) - old[i]
+                    w = {"full": math.exp(float(d.sum())), "geometric": math.exp(float(d.mean())),
+                         "off": 1.0}[factor_ratio]
+                    if factor_clip:
+                        w = min(max(w, factor_clip[0]), factor_clip[1])
+                    M[i] *= w
+                    if factor_clip:
+                        M[i] = min(max(M[i], factor_clip[0]), factor_clip[1])
+    return m, M
+
+
+def library_iteration(model, episodes, adv, pad, *, budget=4096, **kw):
+    m = copy.deepcopy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    ctx = UpdateContext(m, torch.optim.SGD(params, lr=LR), params, LossSpec("clip_sequence", clip_eps=EPS), budget,
+                        None, EPOCHS, 1, torch.Generator().manual_seed(0))
+    metrics, per_turn = sequential_update(ctx, turn_rows(episodes, pad), adv, **kw)
+    return m, metrics, per_turn
+
+
+def max_gap(a, b) -> float:
+    return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+ADV = torch.tensor([1.5, -1.0, 0.5, -0.2, 1.0, -1.5, 0.8, -0.6, 0.3])
+
+
+@pytest.mark.parametrize("factor_clip", [None, (0.9, 1.1)])
+@pytest.mark.parametrize("factor_ratio", ["full", "geometric"])
+@pytest.mark.parametrize("ratio_reference", ["sampling", "incremental"])
+@pytest.mark.parametrize("order", ["reverse", "natural"])
+def test_sequential_update_matches_the_independent_reference(tiny, episodes, order, ratio_reference,
+                                                             factor_ratio, factor_clip):
+    pad = tiny.tokenizer.pad_token_id
+    kw = dict(order=order, ratio_reference=ratio_reference, factor_ratio=factor_ratio, factor_clip=factor_clip)
+    ref, M = reference_iteration(tiny.model, episodes, ADV, **kw)
+    # the whole pool in one micro-batch and, in one case, one row at a time (fused factor pass on both)
+    budgets = (4096, 1) if (order, ratio_reference, factor_clip) == ("reverse", "sampling", None) else (4096,)
+    for budget in budgets:
+        lib, metrics, per_turn = library_iteration(tiny.model, episodes, ADV, pad, budget=budget, **kw)
+        assert max_gap(ref, lib) < 1e-6, (budget, max_gap(ref, lib))
+    assert metrics["phase_order"] == ([[2], [1], [0]] if order == "reverse" else [[0], [1], [2]])
+    assert metrics["optimizer_steps"] == 3 * EPOCHS
+    moved = max_gap(ref, tiny.model)
+    assert moved > 1e-3  # the iteration changes the parameters, so the comparison is not trivial
+    if factor_clip is None and ratio_reference == "sampling":
+        # the factor matters here: without it (M = 1 throughout) the reference ends elsewhere
+        off, _ = reference_iteration(tiny.model, episodes, ADV, **{**kw, "factor_ratio": "off"})
+        assert max_gap(ref, off) > 1e-5
+    last_phase_turn = 0 if order == "reverse" else 2
+    f = torch.tensor([M[i] for i, e in enumerate(episodes) if e.n_turns > last_phase_turn], dtype=torch.float64)
+    d = per_turn[last_phase_turn]
+    assert d["factor_min"] == pytest.approx(float(f.min()), rel=1e-5)
+    assert d["factor_max"] == pytest.approx(float(f.max()), rel=1e-5)
+    assert float(f.max() - f.min()) > 1e-3  # the factor differs between episodes at the last phase
+
+
+def test_sampling_and_incremental_references_give_different_parameters(tiny, episodes):
+    pad = tiny.tokenizer.pad_token_id
+    a, _, _ = library_iteration(tiny.model, episodes, ADV, pad, order="reverse", ratio_reference="sampling")
+    b, _, _ = library_iteration(tiny.model, episodes, ADV, pad, order="reverse", ratio_reference="incremental")
+    # a thousand times the float noise of test_sequential_update_matches_the_independent_reference (~1e-8)
+    assert max_gap(a, b) > 1e-5 and max_gap(a, b) > 1e-3 * max_gap(a, tiny.model)
+
+
+def test_later_phase_factor_is_the_ratio_under_the_updated_parameters(tiny, episodes):
+    """The factor seen by the second phase (turn 1, reverse order) is each episode's turn-2 weight under
+    the parameters after the first phase, computed here by its own forward passes."""
+    pad = tiny.tokenizer.pad_token_id
+    for factor_ratio in ("full", "geometric"):
+        after_first, _ = reference_iteration(tiny.model, episodes, ADV, order="reverse", ratio_reference="sampling",
+                                             factor_ratio=factor_ratio, factor_clip=None, stop_after_phases=1)
+        want = []
+        with torch.no_grad():
+            for e in episodes:
+                if e.n_turns > 2:  # turn 2 exists: its weight multiplies the factor of turn 1's row
+                    d = turn_logp(after_first, e, 2) - sampling_logp(e, 2)
+                    want.append(math.exp(float(d.sum() if factor_ratio == "full" else d.mean())))
+                elif e.n_turns > 1:
+                    want.append(1.0)
+        want = torch.tensor(want)
+        assert float(want.max() - want.min()) > 1e-3
+        _, _, per_turn = library_iteration(tiny.model, episodes, ADV, pad, order="reverse", ratio_reference="sampling",
+                                           factor_ratio=factor_ratio)
+        d = per_turn[1]
+        assert d["rows"] == len(want)
+        for key, value in (("factor_mean", want.mean()), ("factor_min", want.min()), ("factor_max", want.max())):
+            assert d[key] == pytest.approx(float(value), rel=1e-5), (factor_ratio, key)
