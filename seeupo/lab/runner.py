@@ -56,6 +56,7 @@ class RunConfig:
     match_step: bool = False  # rescale lr so that every algorithm's first-order step is REINFORCE's
     factor_ratio: str = "geometric"  # SeeUPO's turn weight: geometric | full | off (core.factor_log_ratio)
     factor_clip: tuple[float, float] | None = None  # clamp of each weight and of the product
+    order: str | None = None  # turn order override (None: the algorithm's); a joint algorithm gets no factor
 
 
 def schedule(algo: Algorithm, cfg: RunConfig) -> Schedule:
@@ -154,7 +155,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         factor = torch.ones(N, dtype=torch.float64)
 
         # 3. phases in the schedule's order; SeeUPO carries the factor of updated turns
-        phases = turn_order(range(T), algo.order, rng=gen)
+        phases = turn_order(range(T), cfg.order or algo.order, rng=gen)
         for k, phase in enumerate(phases):
             sel = torch.isin(row_turn, torch.tensor(phase))
             for _ in range(steps_per_phase):

@@ -34,7 +34,7 @@ import torch
 
 from seeupo.core.algorithms import get_algorithm
 from seeupo.lab.problems import TreeShape, separated_problem, trap_problem
-from seeupo.lab.runner import RunConfig, run
+from seeupo.lab.runner import RunConfig, run, schedule
 
 ALGOS = ("ppo", "grpo", "gspo", "rloo", "reinforce", "seeupo", "seeupo-natural", "seeupo-random")
 SHAPES = {"single_turn": TreeShape(turns=1, tokens_per_turn=2, vocab=3),
@@ -183,12 +183,25 @@ def measure(jobs: list[Job], *, workers: int | None = None, progress=None) -> li
             if progress:
                 progress()
         return out
+    # longest jobs first, so that no worker is left alone with a long job at the end
+    order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))
+    done = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for job, (row, curve) in zip(jobs, pool.map(run_job, jobs, chunksize=1)):
-            out.append((job, row, curve))
+        for i, (row, curve) in zip(order, pool.map(run_job, [jobs[i] for i in order], chunksize=1)):
+            done[i] = (jobs[i], row, curve)
             if progress:
                 progress()
-    return out
+    return [done[i] for i in range(len(jobs))]
+
+
+def _cost(job: Job) -> float:
+    """A rough relative cost of a job: trajectories x optimizer steps per iteration x iterations."""
+    shape = SHAPES[job.setting] if job.problem == "separated" else TreeShape(turns=2, tokens_per_turn=2, vocab=2)
+    algo = get_algorithm(job.algorithm)
+    sched = schedule(algo, job.cfg)
+    phases = shape.turns if (job.cfg.order or algo.order) != "joint" else 1
+    steps = phases * sched.epochs * sched.steps_per_pass(shape.turns)
+    return shape.n_traj * (steps + 2) * job.cfg.iterations * (2 if job.policy == "shared" else 1)
 
 
 def assemble(results) -> dict:

@@ -124,3 +124,14 @@ def test_matched_baseline_takes_seeupos_steps():
     matched = run(p, get_algorithm("grpo"), mode="exact", policy="per_turn",
                   cfg=RunConfig(iterations=2, lr=1.0, epochs=4, minibatches="turns"))
     assert seq.steps_per_iteration == matched.steps_per_iteration == 12
+
+
+def test_lab_carries_the_factor_only_for_sequential_algorithms():
+    """GSPO given SeeUPO's order, normalisation and schedule runs SeeUPO's phases without the factor:
+    the same parameters as SeeUPO with the factor off, and not as SeeUPO with it."""
+    p = trap_problem([0, 1])
+    common = dict(iterations=3, lr=100.0, epochs=2, minibatches=1, clip_eps=0.2, clip_eps_high=0.2, norm="batch")
+    gspo = run(p, get_algorithm("gspo"), mode="exact", policy="per_turn", cfg=RunConfig(order="reverse", **common))
+    off = run(p, get_algorithm("seeupo"), mode="exact", policy="per_turn", cfg=RunConfig(factor_ratio="off", **common))
+    on = run(p, get_algorithm("seeupo"), mode="exact", policy="per_turn", cfg=RunConfig(**common))
+    assert torch.equal(gspo.theta, off.theta) and not torch.allclose(gspo.theta, on.theta)

@@ -1,0 +1,58 @@
+"""Tests that can fail: break each property on purpose, run the tests that name it, expect a
+failure, restore the file.
+
+    python scripts/mutation_check.py             # every mutation (about two minutes on 2 cores)
+    python scripts/mutation_check.py factor      # those whose name contains "factor"
+
+Prints CAUGHT or MISSED per mutation; a MISSED line is a test that cannot fail. Each mutation names
+the exact text it replaces, so a refactor that moves that text fails here loudly (assert)."""
+import os
+import subprocess
+import sys
+
+os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+M = [
+ ("factor not applied", "seeupo/train/update.py", "        f_rows = factor[rows.episode]\n", "        f_rows = torch.ones_like(factor[rows.episode])\n",
+  "tests/integration/test_reference.py -k 'matches and sampling-geometric-None'"),
+ ("full weight computed as mean", "seeupo/core/schedule.py", 'if kind == "full":\n        return masked_sum(', 'if kind == "full":\n        return masked_mean(',
+  "tests/integration/test_reference.py -k 'matches and full' tests/unit/test_schedule.py"),
+ ("incremental reference not recomputed", "seeupo/train/update.py", 'if ratio_reference == "incremental":', 'if ratio_reference == "never":',
+  "tests/integration/test_reference.py -k 'incremental'"),
+ ("from_end ignored", "seeupo/core/schedule.py", 'in_time = ts if alignment == "from_start" else ts[::-1]', 'in_time = ts',
+  "tests/integration/test_driver.py -k alignment"),
+ ("absent turns not skipped", "seeupo/core/schedule.py", "return [[t] for t in custom if t in ts]", "return [[t] for t in custom]",
+  "tests/integration/test_driver.py -k custom"),
+ ("advantage_clip ignored", "seeupo/train/trainer.py", "            if cfg.algo.advantage_clip:\n", "            if False:\n",
+  "tests/integration/test_driver.py -k advantage_clip"),
+ ("random order not fresh", "seeupo/train/trainer.py", 'derive_seed(cfg.run.seed, "update", it)', 'derive_seed(cfg.run.seed, "update", 0)',
+  "tests/integration/test_driver.py -k random_order"),
+ ("pass@k = avg@k", "seeupo/core/metrics.py", "return float((success_TK > 0).any(-1).float().mean())", "return float(success_TK.float().mean())",
+  "tests/integration/test_eval_cli.py -k avg_and"),
+ ("joint algorithms carry the factor", "seeupo/train/trainer.py", "carry_factor=carries_factor(algo, cfg.algo.factor_ratio),", "carry_factor=True,",
+  "tests/integration/test_driver.py -k only_sequential"),
+ ("turns minibatches = 1", "seeupo/core/algorithms.py", "return max(1, n_turns) if self.minibatches == TURNS else int(self.minibatches)", "return 1 if self.minibatches == TURNS else int(self.minibatches)",
+  "tests/integration/test_driver.py -k matched"),
+ ("factor weight inverted", "seeupo/core/schedule.py", "ratio = torch.exp(seq_log_ratio_R.detach().to(factor_E.dtype))", "ratio = torch.exp(-seq_log_ratio_R.detach().to(factor_E.dtype))",
+  "tests/integration/test_reference.py -k later_phase"),
+ ("placeholders keep their advantage", "seeupo/train/update.py", "a_rows = torch.where(rows.placeholder, torch.zeros_like(a_rows), a_rows)", "a_rows = a_rows",
+  "tests/integration/test_learner.py -k placeholder"),
+ ("a preset's schedule leaks to other algorithms", "seeupo/train/config.py", "_set_dotted(merged, _schedule_key(key, str(name)), value)", "_set_dotted(merged, key, value)",
+  "tests/integration/test_driver.py -k leaves_the_others"),
+ ("lab carries the factor for every algorithm", "seeupo/lab/runner.py", "carry = carries_factor(algo, cfg.factor_ratio)", "carry = cfg.factor_ratio != 'off'",
+  "tests/unit/test_lab.py"),
+ ("gspo clip 0.2", "seeupo/core/algorithms.py", "clip_eps=3e-4, clip_eps_high=4e-4", "clip_eps=0.2, clip_eps_high=0.2",
+  "tests/unit/test_schedule.py tests/unit/test_config.py tests/unit/test_lab.py"),
+]
+only = sys.argv[1:]
+for name, path, old, new, tests in M:
+    if only and not any(o in name for o in only):
+        continue
+    src = open(path).read()
+    assert src.count(old) == 1, (name, src.count(old))
+    open(path, "w").write(src.replace(old, new))
+    try:
+        r = subprocess.run(f"OMP_NUM_THREADS=1 {sys.executable} -m pytest -q -x {tests}", shell=True, capture_output=True, text=True)
+        last = [l for l in r.stdout.splitlines() if "passed" in l or "failed" in l or "error" in l][-1:]
+        print(f"{'CAUGHT' if r.returncode != 0 else 'MISSED'}  {name}: {last}", flush=True)
+    finally:
+        open(path, "w").write(src)
