@@ -1,6 +1,6 @@
 """SeeUPO's factor weight, full vs geometric (vs clamped vs off), on the lab's trap family.
 
-    python scripts/factor_ratio.py            # 20 trap instances, exact and sampled, L = 2 and 3 (~4 min, 1 core)
+    python scripts/factor_ratio.py            # 20 trap instances, exact and sampled, L = 2 and 3 (75 s, 1 core)
 
 For each response length L (tokens per turn), step size and variant: how many of the 20 instances
 end at the optimum (final gap under 1% of the reward range) after 150 iterations, and, in exact mode,

@@ -40,6 +40,10 @@ M = [
   "tests/integration/test_driver.py -k leaves_the_others"),
  ("lab carries the factor for every algorithm", "seeupo/lab/runner.py", "carry = carries_factor(algo, cfg.factor_ratio)", "carry = cfg.factor_ratio != 'off'",
   "tests/unit/test_lab.py"),
+ ("fused factor pass ignores factor_ratio", "seeupo/train/learner.py", "cont.score_mask, inp.factor_ratio)", 'cont.score_mask, "geometric")',
+  "tests/integration/test_reference.py -k 'reverse-sampling-full'"),
+ ("window drops the joint rest phase", "seeupo/core/schedule.py", "return [[t] for t in reversed(tail)] + ([sorted(rest)] if rest else [])", "return [[t] for t in reversed(tail)]",
+  "tests/integration/test_driver.py -k window tests/unit/test_schedule.py"),
  ("gspo clip 0.2", "seeupo/core/algorithms.py", "clip_eps=3e-4, clip_eps_high=4e-4", "clip_eps=0.2, clip_eps_high=0.2",
   "tests/unit/test_schedule.py tests/unit/test_config.py tests/unit/test_lab.py"),
 ]
