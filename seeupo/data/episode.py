@@ -11,7 +11,7 @@ Row views for the learner:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -49,6 +49,15 @@ class Episode:
     @property
     def reward(self) -> float:
         return float(sum(self.step_rewards))
+
+    def first_turns(self, n: int) -> "Episode":
+        """This episode cut after its first ``n`` turns, as if it had ended there (a copy)."""
+        if not 1 <= n <= self.n_turns:
+            raise ValueError(f"first_turns({n}): the episode has {self.n_turns} turns")
+        end = self.turn_ends[n - 1]
+        return replace(self, ids=self.ids[:end], gen_mask=self.gen_mask[:end], turn_of=self.turn_of[:end],
+                       logp=self.logp[:end], turn_ends=self.turn_ends[:n], texts=self.texts[:n],
+                       step_rewards=self.step_rewards[:n])
 
     def append(self, ids: list[int], *, turn: int = -1, logp: list[float] | None = None) -> None:
         self.ids += ids

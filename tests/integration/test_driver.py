@@ -13,10 +13,6 @@ SMALL = ["warmup.enabled=off", "eval.tasks=2", "eval.k=2", "rollout.tasks_per_it
          "run.loggers=[jsonl]", "env.options={}", "rollout.max_turns=3"]
 
 
-def _first_turns(e, n: int):
-    end = e.turn_ends[n - 1]
-    return dataclasses.replace(e, ids=e.ids[:end], gen_mask=e.gen_mask[:end], turn_of=e.turn_of[:end],
-                               logp=e.logp[:end], turn_ends=e.turn_ends[:n], step_rewards=e.step_rewards[:n])
 
 
 def trainer(tmp_path, *overrides, preset="tiny"):
@@ -33,7 +29,7 @@ def episodes(tmp_path_factory):
     out = []
     for i, e in enumerate(eps):
         n = [3, 2, 1][i % 3] if i < 6 else 3
-        e = _first_turns(e, min(n, e.n_turns))
+        e = e.first_turns(min(n, e.n_turns))
         out.append(dataclasses.replace(e, step_rewards=[0.0] * (e.n_turns - 1) + [float((i * 7) % 4) / 3]))
     assert sorted({e.n_turns for e in out}) == [1, 2, 3]
     return out
@@ -80,7 +76,7 @@ def test_reverse_means_latest_stage_first_in_either_alignment(tmp_path, episodes
 def test_custom_order_from_the_config_skips_absent_turns(tmp_path, episodes):
     tr = trainer(tmp_path, "algo.order=[0, 2, 1]")
     assert update(tr, episodes)["phase_order"] == [[0], [2], [1]]
-    short = [_first_turns(e, min(2, e.n_turns)) for e in episodes]
+    short = [e.first_turns(min(2, e.n_turns)) for e in episodes]
     assert update(tr, short)["phase_order"] == [[0], [1]]
 
 

@@ -1,7 +1,6 @@
 """Learner invariances and the SeeUPO schedule on a tiny random model."""
 
 import copy
-import dataclasses
 
 import pytest
 import torch
@@ -150,11 +149,6 @@ def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
     assert any(not torch.equal(p, q) for p, q in zip(a.params, tiny.model.parameters()))
 
 
-def _first_turns(e, n: int):
-    """The episode cut after its first ``n`` turns (as if it had ended there)."""
-    end = e.turn_ends[n - 1]
-    return dataclasses.replace(e, ids=e.ids[:end], gen_mask=e.gen_mask[:end], turn_of=e.turn_of[:end],
-                               logp=e.logp[:end], turn_ends=e.turn_ends[:n], step_rewards=e.step_rewards[:n])
 
 
 @pytest.mark.parametrize("epochs,kl,budget", [(1, 0.0, 4096), (2, 0.0, 4096), (1, 0.5, 4096), (1, 0.0, 1)])
@@ -163,7 +157,7 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
     with one row per micro-batch, where rows of episodes that ended early continue with nothing)."""
     import seeupo.train.update as upd
 
-    episodes = [e if i % 2 else _first_turns(e, 2) for i, e in enumerate(episodes)]
+    episodes = [e if i % 2 else e.first_turns(2) for i, e in enumerate(episodes)]
     assert len({e.n_turns for e in episodes}) > 1  # some rows have no later turn to continue with
     pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
     assert len(set(pools.turn.tolist())) >= 3
@@ -206,7 +200,7 @@ def test_placeholder_rows_behave_as_in_the_authors_code(tiny, episodes, monkeypa
     import seeupo.train.update as upd
 
     pad = tiny.tokenizer.pad_token_id
-    episodes = [e if i % 2 else _first_turns(e, 1) for i, e in enumerate(episodes)]
+    episodes = [e if i % 2 else e.first_turns(1) for i, e in enumerate(episodes)]
     T = max(e.n_turns for e in episodes) + 1
     pools = turn_rows(episodes, pad, placeholders_to=T)
     assert len(pools) == len(episodes) * T

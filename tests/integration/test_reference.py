@@ -7,7 +7,6 @@ denominator, factor, order or micro-batching in ``sequential_update`` shows up a
 """
 
 import copy
-import dataclasses
 import math
 
 import pytest
@@ -23,10 +22,6 @@ from seeupo.train.update import UpdateContext, sequential_update
 LR, EPOCHS, EPS = 0.01, 2, 0.2  # a step small enough that the full weights stay within float32 reach
 
 
-def _first_turns(e, n: int):
-    end = e.turn_ends[n - 1]
-    return dataclasses.replace(e, ids=e.ids[:end], gen_mask=e.gen_mask[:end], turn_of=e.turn_of[:end],
-                               logp=e.logp[:end], turn_ends=e.turn_ends[:n], step_rewards=e.step_rewards[:n])
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +32,7 @@ def episodes(tiny, chat):
     sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
     jobs = [(t, i, g, derive_seed(11, i, g)) for i, t in enumerate(tasks) for g in range(3)]
     eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8))
-    cut = [e if i % 3 == 0 else _first_turns(e, max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
+    cut = [e if i % 3 == 0 else e.first_turns(max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
     assert sorted({e.n_turns for e in cut}) == [1, 2, 3], [e.n_turns for e in cut]
     return cut
 

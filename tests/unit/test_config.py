@@ -107,3 +107,4 @@ def test_saved_config_states_the_effective_schedule_and_loads_back(tmp_path):
     assert back.algo.schedule() == c.algo.schedule() and back.algo.factor_ratio == "off"
     save_config(load_config("tiny", ["algo.order=[1, 0]"]), tmp_path / "ordered.yaml")
     assert load_config(str(tmp_path / "ordered.yaml")).algo.order == [1, 0]
+
