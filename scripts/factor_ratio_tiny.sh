@@ -5,6 +5,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+mkdir -p runs/factor
 for seed in ${SEEDS:-0 1 2 3 4 5}; do for ratio in full geometric; do
   out=runs/factor/$ratio-s$seed
   [ -f "$out/summary.json" ] && continue

@@ -44,7 +44,8 @@ class Schedule:
     def __post_init__(self):
         if int(self.epochs) < 1:
             raise ValueError(f"schedule epochs must be >= 1, got {self.epochs}")
-        if self.minibatches != TURNS and (not isinstance(self.minibatches, int) or self.minibatches < 1):
+        if self.minibatches != TURNS and (not isinstance(self.minibatches, int) or isinstance(self.minibatches, bool)
+                                          or self.minibatches < 1):
             raise ValueError(f"schedule minibatches must be a positive integer or {TURNS!r}, got {self.minibatches!r}")
         if not self.clip_eps > 0 or (self.clip_eps_high is not None and not self.clip_eps_high > 0):
             raise ValueError("schedule clip_eps and clip_eps_high must be > 0")

@@ -272,7 +272,8 @@ def markdown(table: dict) -> str:
     seeds = table["rows"][0]["seeds"] if table["rows"] else 0
     head = (f"# Table 1, measured\n\n{seeds} seeds per row. optimal: share of seeds whose final gap "
             f"to the optimum is below {OPTIMAL_TOL:.0%} of the reward range; final gap: mean of that gap; "
-            "drops: share of iterations whose exact expected return fell by more than 1e-9; seeds w/ drop: "
+            "drops: share of iterations whose exact expected return fell by more than 1e-9 of the reward range; "
+            "seeds w/ drop: "
             "seeds with at least one such fall; max drop: the largest fall in one iteration, as a share of "
             "the reward range; iters to opt.: median, over the seeds that end at the optimum, of the "
             "iteration from which they stay there; factor: SeeUPO's turn weight (full, geometric, +clamp: "

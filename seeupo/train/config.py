@@ -66,14 +66,14 @@ class ScheduleConfig(Strict):
         None, description="optimizer steps per pass (rows split in random minibatches), or 'turns' (joint "
         "algorithms): one per turn index present, i.e. SeeUPO's number of phases on the same rollouts")
     clip_eps: Optional[float] = Field(None, gt=0, description="clip range, low side")
-    clip_eps_high: Optional[float] = Field(None, gt=0, description="clip range, high side (the declaration's "
-                                           "when unset; symmetric when the declaration has none)")
+    clip_eps_high: Optional[float] = Field(None, gt=0, description="clip range, high side; unset: the same as "
+                                           "clip_eps where clip_eps is set here, else the declaration's")
 
-    @field_validator("minibatches")
+    @field_validator("minibatches", mode="before")
     @classmethod
     def _positive(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("minibatches must be >= 1 or 'turns'")
+        if isinstance(v, bool) or (isinstance(v, int) and v < 1):
+            raise ValueError("minibatches must be an integer >= 1 or 'turns'")
         return v
 
 
@@ -125,6 +125,9 @@ class AlgoConfig(Strict):
             raise ValueError(f"algo.schedules has unknown algorithms {unknown}; use: {', '.join(ALGORITHMS)}")
         if isinstance(self.order, str):
             turn_order([0, 1, 2], self.order, rng=0)  # raises with the valid names
+        if ALGORITHMS[self.name].estimator == "gae" and self.effective_order() != "joint":
+            raise ValueError(f"algo.order={self.order!r}: {self.name}'s GAE update is joint over trajectory rows; "
+                             "drop algo.order (turn orders apply to the critic-free algorithms)")
         if self.schedule().minibatches == TURNS and self.effective_order() != "joint":
             raise ValueError(f"algo.schedules.{self.name}.minibatches='turns' matches a joint update's steps to "
                              "SeeUPO's phases; an update in turn phases takes an integer (e.g. 1)")
@@ -138,7 +141,10 @@ class AlgoConfig(Strict):
         over = self.schedules.get(name)
         if over is None:
             return base
-        return replace(base, **{k: v for k, v in over.model_dump().items() if v is not None})
+        fields = {k: v for k, v in over.model_dump().items() if v is not None}
+        if over.clip_eps is not None and over.clip_eps_high is None:
+            fields["clip_eps_high"] = None  # a range set by its low side alone is symmetric
+        return replace(base, **fields)
 
     def effective_order(self):
         return self.order if self.order is not None else ALGORITHMS[self.name].order
@@ -210,6 +216,9 @@ class Config(Strict):
         algo = ALGORITHMS[self.algo.name]
         if algo.estimator == "grae" and self.rollout.group_size < 2:
             raise ValueError(f"{self.algo.name} compares episodes of one task: set rollout.group_size >= 2")
+        if self.algo.placeholders and self.algo.turn_alignment == "from_end":
+            raise ValueError("algo.placeholders counts unreached turn indices from the start; it cannot be combined "
+                             "with algo.turn_alignment=from_end")
         order = self.algo.order
         if isinstance(order, list) and sorted(order) != list(range(self.rollout.max_turns)):
             raise ValueError(f"algo.order={order} must list every turn index 0..{self.rollout.max_turns - 1} once "
@@ -247,7 +256,7 @@ def load_config(preset: str | None = "default", overrides: list[str] | None = No
         key, raw = item.split("=", 1)
         pairs.append((key.strip(), yaml.safe_load(raw)))
     name = dict(pairs).get("algo.name", tree.get("algo", {}).get("name", AlgoConfig().name))
-    pairs = [(_schedule_key(k, name), v) for k, v in pairs]
+    pairs = _symmetric_clip([(_schedule_key(k, name), v) for k, v in pairs])
     env = dict(pairs).get("env.name")
     if env is not None and env != tree.get("env", {}).get("name", EnvConfig().name):
         _apply_env_overlay(tree, str(env))
@@ -284,9 +293,21 @@ def _preset_tree(preset: str, seen: tuple = ()) -> dict:
     merged = _preset_tree(base, seen + (str(path),)) if base else {}
     # schedule shorthand in a preset file (algo.epochs: 2) belongs to that file's algorithm
     name = (tree.get("algo") or {}).get("name") or (merged.get("algo") or {}).get("name") or AlgoConfig().name
-    for key, value in _flatten(tree):
-        _set_dotted(merged, _schedule_key(key, str(name)), value)
+    for key, value in _symmetric_clip([(_schedule_key(k, str(name)), v) for k, v in _flatten(tree)]):
+        _set_dotted(merged, key, value)
     return merged
+
+
+def _symmetric_clip(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Where one source of values (a preset file, the command line) sets a schedule's ``clip_eps``
+    but not its ``clip_eps_high``, the range it means is symmetric: the high side is reset too, so
+    an inherited or declared high side (GSPO's 4e-4) does not survive a new low side."""
+    keys = {k for k, _ in pairs}
+    out = list(pairs)
+    for key, _ in pairs:
+        if key.startswith("algo.schedules.") and key.endswith(".clip_eps") and key + "_high" not in keys:
+            out.append((key + "_high", None))
+    return out
 
 
 def _schedule_key(key: str, algo_name: str) -> str:

@@ -285,7 +285,9 @@ class Trainer:
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         groups = torch.tensor([e.group for e in episodes])
         pad = self.tokenizer.pad_token_id
-        n_turns = max((e.n_turns for e in episodes), default=0)  # turn indices present (either alignment)
+        # turn indices present (either alignment): SeeUPO's phase count, which minibatches="turns" matches;
+        # with the authors' placeholders SeeUPO runs every index up to rollout.max_turns
+        n_turns = cfg.rollout.max_turns if cfg.algo.placeholders else max((e.n_turns for e in episodes), default=0)
         ctx = UpdateContext(self.learner_model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
                             cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
                             torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head,

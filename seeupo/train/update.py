@@ -60,7 +60,7 @@ def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dic
     n = len(inp.rows)
     for _ in range(ctx.epochs):
         perm = torch.randperm(n, generator=ctx.generator)
-        for chunk in perm.chunk(min(ctx.minibatches, n)):
+        for chunk in torch.tensor_split(perm, min(ctx.minibatches, n)):  # exactly that many minibatches
             m = optimizer_step(ctx.model, ctx.optimizer, ctx.params, _subset(inp, chunk), ctx.spec,
                                budget_tokens=ctx.budget_tokens, grad_clip=ctx.grad_clip,
                                value_head=ctx.value_head, pack=ctx.pack)

@@ -123,3 +123,9 @@ def test_geometric_and_full_factor_ratios_differ(tmp_path, episodes):
     first = {k: v for k, v in full["turn"]["2"].items() if k != "ratio_mean"}  # ratio_mean: the weight itself
     assert first == pytest.approx({k: geo["turn"]["2"][k] for k in first})  # the first phase has no factor
     assert full["turn"]["0"]["factor_max"] != pytest.approx(geo["turn"]["0"]["factor_max"])
+
+
+def test_minibatches_take_exactly_that_many_steps_per_pass(tmp_path, episodes):
+    """9 trajectory rows in 4 minibatches: 4 optimizer steps per pass (rows 3, 2, 2, 2), not 3."""
+    r = update(trainer(tmp_path, "algo.name=grpo", "algo.schedules.grpo.minibatches=4"), episodes)
+    assert r["optimizer_steps"] == 2 * 4  # the tiny preset's two passes

@@ -231,9 +231,43 @@ def test_placeholder_rows_behave_as_in_the_authors_code(tiny, episodes, monkeypa
         p = inp.rows.placeholder
         assert torch.all(inp.adv[p] == 0) and torch.all(inp.adv[~p] != 0)
         assert inp.ref_logp is not None and torch.all(inp.rows.loss_mask[p].sum(-1) > 0)  # KL on their tokens
-    assert per_turn[T - 1]["kl"] >= 0 and "kl" in per_turn[T - 1]
     # the turn-0 phase: one-turn episodes carry the product of their placeholders' clamped ratios
     last = seen[-1]
     short = torch.tensor([episodes[int(e)].n_turns == 1 for e in last.rows.episode])
     f = last.factor[short]
     assert torch.all((f >= 0.8 - 1e-6) & (f <= 1.2 + 1e-6)) and torch.any((f - 1).abs() > 1e-4)
+
+
+def test_placeholder_rows_count_in_the_row_mean_and_get_the_kl_penalty(tiny, episodes):
+    """One step on a pool of real and placeholder rows against the same step on its real rows only:
+    the policy loss is the real rows' sum over *all* rows (the placeholders dilute the mean), and the
+    KL term covers the placeholders' copied tokens too."""
+    pad = tiny.tokenizer.pad_token_id
+    episodes = [e if i % 2 else e.first_turns(1) for i, e in enumerate(episodes)]
+    T = max(e.n_turns for e in episodes)
+    pools = turn_rows(episodes, pad, placeholders_to=T)
+    pool = pools.select(torch.nonzero(pools.turn == T - 1).squeeze(-1))
+    ph = pool.placeholder
+    assert bool(ph.any()) and bool((~ph).any())
+    ref_model = copy.deepcopy(tiny.model)
+    with torch.no_grad():
+        for p in ref_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # a reference away from the policy: KL > 0 from the start
+    adv = torch.where(ph, 0.0, torch.linspace(0.5, 1.5, len(pool)))
+    spec = LossSpec("clip_sequence", kl_coef=0.1)
+
+    def step(rows, a):
+        ref = score(ref_model, rows, temperature=1.0, budget_tokens=4096)[0]
+        m = copy.deepcopy(tiny.model)
+        params = [p for p in m.parameters() if p.requires_grad]
+        return optimizer_step(m, torch.optim.SGD(params, lr=0.0), params, StepInputs(rows=rows, adv=a, ref_logp=ref),
+                              spec, budget_tokens=4096, grad_clip=None)
+
+    both = step(pool, adv)
+    real = torch.nonzero(~ph).squeeze(-1)
+    alone = step(pool.select(real), adv[real])
+    n_all, n_real = len(pool), len(real)
+    assert both["policy_loss"] == pytest.approx(alone["policy_loss"] * n_real / n_all, rel=1e-5)
+    tokens_all, tokens_real = float(pool.loss_mask.sum()), float(pool.loss_mask[real].sum())
+    assert tokens_all > tokens_real
+    assert both["kl"] * tokens_all != pytest.approx(alone["kl"] * tokens_real, rel=1e-3)  # the copies add KL

@@ -24,16 +24,19 @@ def test_overrides_are_typed():
     ("algo.order=sideways", "unknown turn order"),
     ("rollout.temperature=0", "greater than 0"),
     ("algo.kl_estimator=k9", "k1, k2, k3"),
-    ("algo.order=[0, 2]", "must list every turn index 0..3 once"),
+    ("algo.order=[0,2]", "must list every turn index 0..3 once"),
     ("algo.minibatches=turns", "an update in turn phases takes an integer"),
     ("algo.schedules.grpo2.epochs=2", "unknown algorithms ['grpo2']"),
     ("algo.epochs=0", "greater than or equal to 1"),
     ("algo.factor_ratio=sqrt", "'full', 'geometric' or 'off'"),
+    ("algo.minibatches=true", "an integer >= 1 or 'turns'"),
+    ("algo.name=ppo algo.order=reverse", "GAE update is joint"),
+    ("algo.placeholders=true algo.turn_alignment=from_end", "cannot be combined"),
     ("nonsense", "section.key=value"),
 ])
 def test_bad_config_fails_with_the_fix(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        load_config("default", [override])
+        load_config("default", override.split(" "))
 
 
 def test_unknown_preset_lists_the_available_ones():
@@ -108,3 +111,17 @@ def test_saved_config_states_the_effective_schedule_and_loads_back(tmp_path):
     save_config(load_config("tiny", ["algo.order=[1, 0]"]), tmp_path / "ordered.yaml")
     assert load_config(str(tmp_path / "ordered.yaml")).algo.order == [1, 0]
 
+
+
+def test_a_clip_range_set_by_its_low_side_is_symmetric(tmp_path):
+    from seeupo.train.config import save_config
+
+    gspo = load_config("default", ["algo.name=gspo", "algo.clip_eps=0.2"]).algo.schedule()
+    assert (gspo.clip_eps, gspo.as_dict()["clip_eps_high"]) == (0.2, 0.2)  # not [0.8, 1.0004]
+    both = load_config("default", ["algo.name=gspo", "algo.clip_eps=0.1", "algo.clip_eps_high=0.3"]).algo.schedule()
+    assert (both.clip_eps, both.clip_eps_high) == (0.1, 0.3)
+    # resuming a saved run (its schedule written out in full) with a new low side only
+    save_config(load_config("authors_code", ["algo.name=gspo"]), tmp_path / "config.yaml")
+    resumed = load_config(str(tmp_path / "config.yaml"), ["algo.clip_eps=0.1"]).algo.schedule()
+    assert resumed.as_dict()["clip_eps_high"] == 0.1
+    assert load_config("default", ["algo.name=gspo"]).algo.schedule().clip_eps_high == 4e-4  # untouched
