@@ -31,7 +31,7 @@ def _progress() -> Progress:
 @lab_app.command("table1")
 def lab_table1(
     out: Path = typer.Option(Path("runs/table1"), "--out", help="Folder for table1.json, table1.md, table1.png."),
-    quick: bool = typer.Option(False, "--quick", help="5 seeds x 150 iterations (under a minute on 2 cores)."),
+    quick: bool = typer.Option(False, "--quick", help="5 seeds x 120 iterations (under a minute on 2 cores)."),
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Seeds per row (default 5 quick, 20 full)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
 ) -> None:

@@ -86,7 +86,7 @@ def _variant_jobs(section, problem, mode, policy, lr, base, seed_list, variants=
 def plan(*, quick: bool, seeds: int | None = None) -> list[Job]:
     n = seeds or (5 if quick else 20)
     seed_list = tuple(range(n))
-    base = {a: lab_config(a, iterations=150 if quick else 400, lr=BASE_LR) for a in ALGOS}
+    base = {a: lab_config(a, iterations=120 if quick else 400, lr=BASE_LR) for a in ALGOS}
     jobs = []
     for algo in ALGOS:
         for setting, mode, policy in [
