@@ -21,9 +21,83 @@ app.add_typer(lab_app, name="lab")
 # under torchrun / accelerate launch only the first process prints
 _QUIET = int(os.environ.get("RANK", "0")) != 0
 console = Console(width=None if sys.stdout.isatty() else 160, quiet=_QUIET)
+# errors: one line on stderr, never wrapped, never read as markup (a message may hold "[0.9,")
+err_console = Console(stderr=True, soft_wrap=True, highlight=False, quiet=_QUIET)
 
 
-def _progress() -> Progress:
+def fail(message: str, code: int = 2):
+    """Print ``error: message`` on one line and exit with ``code`` (2: bad input, the fix in the message)."""
+    err_console.print(f"error: {message}", style="red", markup=False)
+    raise typer.Exit(code)
+
+
+class LineProgress:
+    """Progress for output that is not a terminal (CI logs, nohup): a plain line when a stage starts,
+    at most every ``interval`` seconds while it runs (``$SEEUPO_PROGRESS_SECONDS``, default 30), and
+    when it ends. The same calls as rich's ``Progress`` (the subset seeupo uses)."""
+
+    def __init__(self, out: Console, interval: float | None = None):
+        self.out = out
+        self.interval = float(interval if interval is not None else os.environ.get("SEEUPO_PROGRESS_SECONDS", 30))
+        self.tasks: dict[int, dict] = {}
+        self._next = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def add_task(self, description: str, total: float | None = None, **kw) -> int:
+        self._next += 1
+        now = time.perf_counter()
+        self.tasks[self._next] = {"description": description, "total": total, "completed": 0, "start": now,
+                                  "printed": now}
+        self._line(self.tasks[self._next], "started")
+        return self._next
+
+    def update(self, task: int, *, completed: float | None = None, description: str | None = None, **kw) -> None:
+        t = self.tasks.get(task)
+        if t is None:
+            return
+        if description is not None:
+            t["description"] = description
+        if completed is not None:
+            t["completed"] = completed
+        now = time.perf_counter()
+        if t["total"] is not None and t["completed"] >= t["total"] and not t.get("done"):
+            t["done"] = True
+            self._line(t, "done")
+        elif now - t["printed"] >= self.interval:
+            self._line(t)
+
+    def advance(self, task: int, advance: float = 1) -> None:
+        t = self.tasks.get(task)
+        if t is not None:
+            self.update(task, completed=t["completed"] + advance)
+
+    def remove_task(self, task: int) -> None:
+        t = self.tasks.pop(task, None)
+        if t is not None and not t.get("done"):
+            self._line(t, "stopped")
+
+    def _line(self, t: dict, note: str = "") -> None:
+        t["printed"] = time.perf_counter()
+        total = f"/{t['total']:g}" if t["total"] is not None else ""
+        self.out.print(f"[progress] {t['description']}: {t['completed']:g}{total} "
+                       f"({t['printed'] - t['start']:.0f} s){' ' + note if note else ''}", markup=False,
+                       highlight=False, soft_wrap=True)
+
+
+def _progress():
+    if not console.is_terminal and not _QUIET:
+        return LineProgress(console)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False, disable=_QUIET)
 
@@ -72,27 +146,44 @@ def _build_config(preset, overrides, *, algo=None, model=None, env=None, out=Non
             extra[key] = value
     if resume:
         if out is None:
-            raise typer.BadParameter("--resume needs --out DIR (the run folder to continue)")
+            fail("--resume needs --out DIR (the folder of the run to continue)")
         saved = Path(out) / "config.yaml"
         if not saved.exists():
-            raise typer.BadParameter(f"--resume: {saved} does not exist")
+            fail(f"--resume: {out} holds no run (no config.yaml); start one there without --resume")
         preset = str(saved)
     try:
         return load_config(preset, [*(f"{k}={v}" for k, v in extra.items()), *(overrides or [])])
     except ConfigError as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(2)
+        fail(str(e))
+
+
+def _run_config(folder: str, overrides=None):
+    """The config of the run in ``folder`` (its config.yaml), with ``run.out`` pointing at that
+    folder wherever the command runs; exits 2 with the fix when it is not a run folder."""
+    saved = Path(folder) / "config.yaml"
+    if not saved.exists():
+        fail(f"{folder} is not a run folder (no config.yaml); give the --out folder of a `seeupo train` run")
+    return _build_config(str(saved), [*(overrides or []), f"run.out={folder}"])
+
+
+def _preflight(cfg) -> None:
+    """The checks that need no model: the environment and its options, the device, whether the
+    model can be found offline. Exits 2 with one line naming the fix."""
+    from seeupo.train.trainer import InputError, check_inputs
+
+    try:
+        check_inputs(cfg)
+    except InputError as e:
+        fail(str(e))
 
 
 def _trainer(cfg, **kw):
-    from seeupo.envs.base import EnvUnavailable
-    from seeupo.train.trainer import Trainer
+    from seeupo.train.trainer import InputError, Trainer
 
     try:
         return Trainer(cfg, console=console, **kw)
-    except EnvUnavailable as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(2)
+    except InputError as e:
+        fail(str(e))
 
 
 @app.command(context_settings={"allow_extra_args": False})
@@ -106,26 +197,58 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", min=0, help="RL iterations"),
     seed: Optional[int] = typer.Option(None, "--seed", help="run seed"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in --out (its files only)"),
 ) -> None:
     """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after.
 
+    A folder that holds a run is never overwritten silently: --resume continues it, --overwrite
+    replaces it. SIGTERM / Ctrl-C stop at the next safe point with a checkpoint (a second Ctrl-C exits
+    at once); exit codes: 0 done, 1 stopped by non-finite steps (run.max_nonfinite), 2 bad input,
+    128+signal when interrupted (docs/reliability.md).
+
     Several processes: torchrun --nproc_per_node N -m seeupo train ... or accelerate launch -m seeupo train ...
     (parallel.strategy=ddp|fsdp2, run.device=auto|cpu|cuda; docs/scale.md)."""
+    from seeupo.train import checkpoint as ckpt
+    from seeupo.train.trainer import NonFiniteStop, RunInterrupted
 
+    if resume and overwrite:
+        fail("--resume and --overwrite contradict each other; choose one")
     cfg = _build_config(preset, overrides, algo=algo, model=model, env=env, out=out, steps=steps, seed=seed,
                         resume=resume)
+    if not resume and not overwrite and ckpt.holds_run(Path(cfg.run.out)):
+        fail(f"{cfg.run.out} already holds a run; continue it with --resume, replace it with --overwrite, "
+             "or choose a new --out")
+    _preflight(cfg)
     console.print(f"[bold]seeupo train[/]: {cfg.algo.name} | model {cfg.model.name} | env {cfg.env.name} | "
                   f"{cfg.run.iterations} iterations of {cfg.rollout.tasks_per_iteration}x{cfg.rollout.group_size} "
                   f"episodes | out {cfg.run.out}")
     with _progress() as bar:
-        trainer = _trainer(cfg, resume=resume, bar=bar)
+        try:
+            trainer = _trainer(cfg, resume=resume, overwrite=overwrite, bar=bar)
+        except KeyboardInterrupt:  # before the run's own handler is installed: nothing written yet
+            bar.stop()
+            err_console.print("interrupted while loading; nothing was written", style="yellow", markup=False)
+            raise typer.Exit(130)
         task = bar.add_task("RL", total=cfg.run.iterations)
 
         def on_iteration(done, record):
             bar.update(task, completed=done, description=(
                 f"RL  reward {record['reward_mean']:.3f}  success {record['success_rate']:.2f}"))
 
-        summary = trainer.run(progress=on_iteration)
+        try:
+            summary = trainer.run(progress=on_iteration)
+        except RunInterrupted as e:
+            bar.stop()
+            err_console.print(str(e), style="yellow", markup=False)
+            raise typer.Exit(e.exit_code)
+        except NonFiniteStop as e:
+            bar.stop()
+            fail(str(e), code=1)
+        except KeyboardInterrupt:  # a second Ctrl-C: at once, without a checkpoint
+            bar.stop()
+            err_console.print(f"interrupted at once; the latest checkpoint is kept: seeupo train --resume --out "
+                              f"{cfg.run.out}", style="yellow", markup=False)
+            raise typer.Exit(130)
     b, a = summary["eval_before"], summary["eval_after"]
     console.print(f"[bold]done[/] in {summary['wall_seconds']:.0f} s: avg@{a['k']} {b['avg@k']:.3f} -> "
                   f"{a['avg@k']:.3f}, pass@{a['k']} {b['pass@k']:.3f} -> {a['pass@k']:.3f} on {a['tasks']} "
@@ -154,11 +277,17 @@ def evaluate(
 
     if policy != "model" and policy not in SCRIPTED_POLICIES:
         raise typer.BadParameter(f"--policy must be one of: model, {', '.join(SCRIPTED_POLICIES)}")
+    extra = [*(overrides or []), f"eval.split={split}", f"eval.k={k}", "warmup.enabled=off",
+             *([f"eval.tasks={max_tasks}"] if max_tasks else ["eval.tasks=1000000"])]
     if checkpoint_dir:
-        preset = str(Path(checkpoint_dir) / "config.yaml")
-    cfg = _build_config(preset, [*(overrides or []), f"eval.split={split}", f"eval.k={k}", "warmup.enabled=off",
-                                 *([f"eval.tasks={max_tasks}"] if max_tasks else ["eval.tasks=1000000"])],
-                        model=model, env=env)
+        extra += [f"{key}={v}" for key, v in (("model.name", model), ("env.name", env)) if v is not None]
+        cfg = _run_config(checkpoint_dir, extra)
+        if ckpt.latest(Path(checkpoint_dir)) is None:
+            fail(f"no checkpoint under {checkpoint_dir}/checkpoints (the run stopped before its first one); "
+                 "evaluate a finished run, or resume this one first")
+    else:
+        cfg = _build_config(preset, extra, model=model, env=env)
+    _preflight(cfg)
     bar = _progress()
     bar.start()
     try:
@@ -168,9 +297,6 @@ def evaluate(
         raise
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
-        if path is None:
-            console.print(f"[red]no checkpoint under {checkpoint_dir}/checkpoints[/]")
-            raise typer.Exit(2)
         ckpt.load(path, trainer.named_params, None)
         console.print(f"loaded {path}")
     pol = SCRIPTED_POLICIES[policy](trainer.chat) if policy != "model" else None
@@ -216,12 +342,12 @@ def sample(
     from seeupo.rollout.runner import run_episodes
     from seeupo.train import checkpoint as ckpt
 
-    cfg = _build_config(str(checkpoint_dir / "config.yaml"), ["warmup.enabled=off"])
-    trainer = _trainer(cfg)
+    cfg = _run_config(str(checkpoint_dir), ["warmup.enabled=off"])
     path = ckpt.latest(checkpoint_dir)
     if path is None:
-        console.print(f"[red]no checkpoint under {checkpoint_dir}/checkpoints[/]")
-        raise typer.Exit(2)
+        fail(f"no checkpoint under {checkpoint_dir}/checkpoints (the run stopped before its first one)")
+    _preflight(cfg)
+    trainer = _trainer(cfg)
     ckpt.load(path, trainer.named_params, None)
     task = trainer.family.tasks(split)[task_index]
     jobs = [(task, 0, s, derive_seed(cfg.run.seed, "sample", s)) for s in range(n)]

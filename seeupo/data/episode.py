@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+FAULTS = ("error", "timeout")  # end reasons that are the environment's fault
+
+
 def derive_seed(*parts) -> int:
     """A stable 63-bit seed from any parts (run seed, iteration, task, sample...)."""
     h = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
@@ -40,7 +43,14 @@ class Episode:
     tool_errors: int = 0
     truncated_turns: int = 0  # responses cut by the per-turn token limit
     prefix_mismatches: int = 0
-    error: str = ""  # the exception text when an environment call failed
+    error: str = ""  # the exception text when an environment call failed or timed out
+    extra_calls: int = 0  # tool calls beyond the one a turn acts on (envs report info["extra_calls"])
+
+    @property
+    def faulted(self) -> bool:
+        """Ended by the environment (a crash or a timeout), not by the policy: such episodes are
+        counted and left out of the loss and the group baselines."""
+        return self.end_reason in FAULTS
 
     @property
     def n_turns(self) -> int:

@@ -99,6 +99,66 @@ def tiny_config(spec: str, vocab_size: int):
                        max_position_embeddings=4096, tie_word_embeddings=True, rms_norm_eps=1e-6)
 
 
+def _looks_like_path(name: str) -> bool:
+    """A folder, not a hub name (``name`` or ``org/name``)."""
+    return name.startswith(("/", ".", "~")) or name.endswith("/") or name.count("/") > 1 or "\\" in name
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection (no retries, a few seconds at most)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    hit = try_to_load_from_cache(name, "config.json")
+    return isinstance(hit, str)
+
+
+def check_model(name: str) -> None:
+    """``ModelNotAvailable`` (one line, with the fix) when ``name`` cannot be loaded from here:
+    a folder that does not exist or lacks config.json, or a hub name that is neither in the local
+    Hugging Face cache nor downloadable (the hub unreachable: checked once, no retries)."""
+    if name == DEFAULT_MODEL:
+        if not (cache_dir() / "models" / DEFAULT_MODEL / "model.safetensors").exists():
+            _smollm2_gguf()
+        return
+    if name.startswith(TINY_PREFIX):
+        try:
+            tiny_config(name, 8)  # validates the spec
+        except ValueError as e:
+            raise ModelNotAvailable(str(e)) from None
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelNotAvailable(f"--model {name}: the folder has no config.json; give a folder written by "
+                                    "save_pretrained (config.json and weights)")
+        return
+    if _looks_like_path(name):
+        raise ModelNotAvailable(f"--model {name}: no such folder; give a local model folder (config.json and "
+                                f"weights), a Hugging Face name, or {DEFAULT_MODEL}")
+    if _in_hub_cache(name):
+        return
+    if not _hub_reachable():
+        raise ModelNotAvailable(f"--model {name}: not in the local Hugging Face cache and the hub is not reachable "
+                                "(offline); download it where there is network (huggingface-cli download "
+                                f"{name} --local-dir DIR) and give --model DIR, or use {DEFAULT_MODEL}")
+
+
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
@@ -116,19 +176,20 @@ def load_model(name: str = DEFAULT_MODEL, *, seed: int = 0, dtype: torch.dtype =
     """
     from transformers import AutoModelForCausalLM
 
-    tok = load_tokenizer(name)
+    check_model(name)  # a missing folder or an unreachable hub: the fix, not five retries and a traceback
+    try:
+        tok = load_tokenizer(name)
+        if not name.startswith(TINY_PREFIX):
+            model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=dtype)
+    except OSError as e:
+        raise ModelNotAvailable(
+            f"cannot load model {name!r} ({e.__class__.__name__}: {str(e).splitlines()[0][:200]}); give a local "
+            "folder with config.json, weights and tokenizer files, or a name in the Hugging Face cache") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if name.startswith(TINY_PREFIX):
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(tiny_config(name, len(tok)), dtype=dtype)
-    else:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=dtype)
-        except OSError as e:
-            raise ModelNotAvailable(
-                f"cannot load model {name!r} offline ({e.__class__.__name__}); give a local folder "
-                "with config.json and weights, or a name already in the Hugging Face cache") from e
     model.generation_config.pad_token_id = tok.pad_token_id
     return LoadedModel(model=model, tokenizer=tok, name=name)

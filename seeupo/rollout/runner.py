@@ -7,12 +7,20 @@ runner checks that the stream's text is a prefix of the template's rendering of 
 (a mismatch is counted in ``prefix_mismatches``, never re-tokenised away).
 
 Limits: ``max_turns`` (and the environment's own), ``max_new_tokens`` per turn, ``max_context``
-for the whole stream. Each episode records why it ended: ``done`` (the environment ended it),
-``max_turns``, ``context`` (no room for another turn) or ``error`` (the environment raised; counted).
+for the whole stream (a turn cut at the limit still fits its closing end-of-turn token), and
+``env_timeout_s`` for every environment call (make + reset, step, score). Each episode records why
+it ended: ``done`` (the environment ended it), ``max_turns``, ``context`` (no room for another turn),
+``error`` (the environment raised) or ``timeout`` (an environment call ran past ``env_timeout_s``;
+the call is abandoned in its daemon thread and the episode's environment is never used again).
+Errors and timeouts end only their episode; the trainer leaves such episodes out of the loss.
+
+Per turn, ``info["tool_error"]`` counts at most one error (rates are per turn, at most 1) and
+``info["extra_calls"]`` (calls beyond the one the environment acted on) is summed per episode.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +35,35 @@ class RolloutLimits:
     max_turns: int = 4
     max_new_tokens: int = 48
     max_context: int = 2048
+    env_timeout_s: float | None = None  # per environment call; None: no limit
+
+
+class EnvTimeout(TimeoutError):
+    """An environment call ran past ``RolloutLimits.env_timeout_s``."""
+
+
+def call_with_timeout(fn, timeout: float | None, what: str):
+    """``fn()``, or ``EnvTimeout`` when it takes longer than ``timeout`` seconds. The call runs in a
+    daemon thread, which is abandoned on timeout (Python cannot kill a thread; a daemon thread does
+    not keep the process alive). Exceptions of ``fn`` propagate."""
+    if not timeout:
+        return fn()
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True, name=f"env-{what}")
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise EnvTimeout(f"{what} took longer than {timeout:g} s (env.timeout_s)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class Chat:
@@ -67,10 +104,10 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
         episodes.append(ep)
         env = None
         try:
-            env = family.make(task, seed=derive_seed(seed, "env"))
-            messages = env.reset()
+            env = call_with_timeout(lambda: family.make(task, seed=derive_seed(seed, "env")), limits.env_timeout_s, "make")
+            messages = call_with_timeout(env.reset, limits.env_timeout_s, "reset")
         except Exception as e:  # an environment failure ends this episode, not the run
-            ep.end_reason, ep.tool_errors, ep.error = "error", 1, repr(e)
+            _fault(ep, e, "reset")
             envs.append(None)
             continue
         envs.append(env)
@@ -90,7 +127,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             live = []
             break
         samples = policy.act([
-            Request(lv.ep.ids, lv.gen, min(limits.max_new_tokens, limits.max_context - len(lv.ep.ids)), lv.env)
+            # one token of the context stays free: a reply cut at its limit gets a closing end-of-turn
+            Request(lv.ep.ids, lv.gen, min(limits.max_new_tokens, limits.max_context - len(lv.ep.ids) - 1), lv.env)
             for lv in batch])
         live = []
         for lv, smp in zip(batch, samples):
@@ -103,13 +141,15 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             if not smp.finished:
                 ep.truncated_turns += 1
             try:
-                res = lv.env.step(reply)
+                res = call_with_timeout(lambda: lv.env.step(reply), limits.env_timeout_s, "step")
             except Exception as e:
-                ep.end_reason, ep.error = "error", repr(e)
-                ep.tool_errors += 1
+                _fault(ep, e, "step")
+                if ep.end_reason == "timeout":  # still busy in its thread: never touched again
+                    envs[ep.episode_id - first_episode_id] = None
                 continue
             ep.step_rewards.append(float(res.reward))
-            ep.tool_errors += int(res.info.get("tool_error", 0))
+            ep.tool_errors += min(1, int(res.info.get("tool_error", 0)))  # per turn: at most one
+            ep.extra_calls += max(0, int(res.info.get("extra_calls", 0)))
             if res.done:
                 ep.end_reason = "done"
                 continue
@@ -134,16 +174,27 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             live.append(lv)
         if on_progress:
             on_progress(len(episodes) - len(live), len(episodes))
+    if on_progress and live:  # episodes still running at the turn limit are finished too
+        on_progress(len(episodes), len(episodes))
     if hasattr(policy, "reset"):  # these episodes are over: a policy's per-episode state goes
         policy.reset()
     for ep, env in zip(episodes, envs):
         ep.end_reason = ep.end_reason or "max_turns"
         if env is not None:
-            try:
-                ep.score = float(env.score())
+            try:  # also after a crash in step: scoring releases the environment's resources (BFCL)
+                score = float(call_with_timeout(env.score, limits.env_timeout_s, "score"))
+                ep.score = 0.0 if ep.faulted else score  # an evaluation counts a faulted episode as failed
             except Exception as e:
-                ep.end_reason, ep.error, ep.score = "error", repr(e), 0.0
+                if not ep.faulted:
+                    _fault(ep, e, "score")
+                ep.score = 0.0
     return episodes
+
+
+def _fault(ep: Episode, e: Exception, call: str) -> None:
+    """Mark ``ep`` as ended by its environment (a crash or a timeout in ``call``)."""
+    ep.end_reason = "timeout" if isinstance(e, EnvTimeout) else "error"
+    ep.error = f"{call}: {e!r}"
 
 
 def _common_prefix(a: str, b: str) -> str:

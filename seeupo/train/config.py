@@ -34,6 +34,9 @@ class ModelConfig(Strict):
 class EnvConfig(Strict):
     name: str = Field("lookup", description="environment name (built in: lookup, bfcl)")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options, validated by the environment")
+    timeout_s: Optional[float] = Field(60.0, gt=0, description="seconds one environment call (reset, step, score) "
+                                       "may take; a call past it ends only its episode (end_reason 'timeout', "
+                                       "excluded from the loss). None: no limit")
 
 
 class RolloutConfig(Strict):
@@ -193,6 +196,8 @@ class RunConfig(Strict):
     checkpoint_every: int = Field(5, ge=0, description="checkpoint every N iterations (0: only at the end)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: this process's GPU when CUDA is available, else the CPU")
     loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(["jsonl", "tensorboard"], description="metric sinks")
+    max_nonfinite: int = Field(4, ge=1, description="stop the run (exit 1) after this many optimizer steps in a row "
+                               "skipped for a non-finite loss or gradient (skipped steps are never applied)")
 
 
 class ParallelConfig(Strict):
@@ -254,7 +259,12 @@ def load_config(preset: str | None = "default", overrides: list[str] | None = No
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value, e.g. algo.name=grpo")
         key, raw = item.split("=", 1)
-        pairs.append((key.strip(), yaml.safe_load(raw)))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML (lists look like [0.9, 1.1]; "
+                              "quote the whole argument in the shell)") from None
+        pairs.append((key.strip(), value))
     name = dict(pairs).get("algo.name", tree.get("algo", {}).get("name", AlgoConfig().name))
     pairs = _symmetric_clip([(_schedule_key(k, name), v) for k, v in pairs])
     env = dict(pairs).get("env.name")
@@ -266,7 +276,7 @@ def load_config(preset: str | None = "default", overrides: list[str] | None = No
         return Config(**tree)
     except ValidationError as e:
         lines = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+        raise ConfigError("invalid config: " + "; ".join(lines)) from None
 
 
 def _apply_env_overlay(tree: dict, env: str) -> None:
@@ -288,7 +298,15 @@ def _preset_tree(preset: str, seen: tuple = ()) -> dict:
         raise ConfigError(f"no preset {preset!r}; available: {', '.join(presets())} (or a .yaml path)")
     if str(path) in seen:
         raise ConfigError(f"preset {preset!r} inherits itself (base: ...)")
-    tree = yaml.safe_load(path.read_text()) or {}
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"preset {path}: not valid YAML at{where}: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"preset {path}: the top level must be a mapping of sections (model:, algo:, ...), "
+                          f"not a {type(tree).__name__}")
     base = tree.pop("base", None)
     merged = _preset_tree(base, seen + (str(path),)) if base else {}
     # schedule shorthand in a preset file (algo.epochs: 2) belongs to that file's algorithm

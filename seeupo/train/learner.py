@@ -8,6 +8,7 @@ split into micro-batches (tested).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -139,6 +140,12 @@ class LossSpec:
     agg: str | None = None
 
 
+def nan_max(a: float, b: float) -> float:
+    """``max`` that propagates NaN (the builtin returns its first argument when comparing with NaN,
+    so ``max(0.0, nan)`` is 0.0 and a NaN diagnostic would read as a perfect one)."""
+    return a + b if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
 def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
     tokens = float(rows.loss_mask.sum())
     real_rows = float((rows.loss_mask.sum(-1) > 0).sum())
@@ -204,15 +211,21 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         sums["ratio_mean"] += float(m["ratio_mean"]) * share
         with torch.no_grad():  # learner vs sampler log-prob gap (meaningful on an iteration's first step)
             gap = ((s.logp - mb.old_logp).abs() * mb.loss_mask).max()
-        sums["logp_gap_max"] = max(sums["logp_gap_max"], float(gap))
+        sums["logp_gap_max"] = nan_max(sums["logp_gap_max"], float(gap))
     grads.finish()  # the whole step's gradient, summed over micro-batches and processes
     parallel.reduce_scalars(sums, maxima=("logp_gap_max",))
     if fused_slr is not None:
         parallel.sum_(fused_slr)
     grad_norm = parallel.clip_grad_norm_(params, grad_clip)
-    optimizer.step()
+    # the non-finite guard: a NaN/Inf loss or gradient is never applied (the same decision on every
+    # process: the loss and the norm are reduced over all of them). The parameters and the optimizer's
+    # moments stay as they were; the trainer counts the skip and stops after run.max_nonfinite in a row.
+    finite = math.isfinite(grad_norm) and math.isfinite(sums["loss"])
+    if finite:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     sums["grad_norm"] = grad_norm
+    sums["nonfinite_skip"] = 0.0 if finite else 1.0
     if fused_slr is not None:
         sums["fused_slr"] = fused_slr  # [R] the previous turn's log ratio per row (popped by the driver)
     return sums

@@ -129,6 +129,15 @@ def reduce_scalars(sums: dict, maxima: tuple[str, ...] = ()) -> dict:
     return sums
 
 
+def any_true(flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (every process must call it)."""
+    if world() == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def broadcast_object(obj):
     """Rank 0's ``obj`` on every process."""
     if world() == 1:

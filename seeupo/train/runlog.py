@@ -8,16 +8,41 @@ import math
 from pathlib import Path
 
 
+def strict(obj):
+    """``obj`` with every non-finite float replaced by None, so ``json.dumps(..., allow_nan=False)``
+    writes strict JSON (NaN and Infinity are not JSON; a reader such as ``jq`` rejects them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+def dumps(obj, **kw) -> str:
+    """Strict JSON text of ``obj`` (non-finite floats as null)."""
+    return json.dumps(strict(obj), allow_nan=False, **kw)
+
+
 class RunLog:
-    def __init__(self, folder: Path, loggers: list[str], *, resume_from: int | None = None, config: dict | None = None):
+    def __init__(self, folder: Path, loggers: list[str], *, resume_from: int | None = None,
+                 resume_lines: int | None = None, config: dict | None = None):
+        """A new log (``resume_from`` None), or the log of a resumed run: its first ``resume_lines``
+        lines (what the checkpoint had logged when it was written) or, for checkpoints that do not
+        record that, the lines covering iterations before ``resume_from``. Later lines are dropped:
+        the resumed run writes them again, so the file equals an uninterrupted run's."""
         self.path = folder / "metrics.jsonl"
         if resume_from is not None and self.path.exists():
-            # drop lines the checkpoint does not cover (they will be recomputed)
-            keep = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and _covered(json.loads(line), resume_from)]
+            lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+            if resume_lines is not None:
+                keep = lines[:resume_lines]
+            else:
+                keep = [line for line in lines if _covered(json.loads(line), resume_from)]
             self.path.write_text("".join(k + "\n" for k in keep))
-        elif resume_from is None:
+        else:
             self.path.write_text("")
+        self.lines = len(self.path.read_text().splitlines())
         self.tb = None
         if "tensorboard" in loggers:
             try:
@@ -38,7 +63,9 @@ class RunLog:
 
     def log(self, record: dict) -> None:
         with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(dumps(record) + "\n")
+            f.flush()
+        self.lines += 1
         step = record.get("iteration", 0)
         scalars = {k: v for k, v in _flatten(record) if isinstance(v, (int, float)) and math.isfinite(v)}
         if self.tb:
@@ -58,6 +85,8 @@ class RunLog:
 class NullLog:
     """What processes other than the main one log to: nothing."""
 
+    lines = 0
+
     def log(self, record: dict) -> None:
         pass
 
@@ -69,7 +98,8 @@ def _covered(record: dict, checkpoint_iteration: int) -> bool:
     """Whether a metrics line describes training the checkpoint already contains: iterations before it,
     and evaluations of parameters at or before it."""
     it = record.get("iteration", -1)
-    return it < checkpoint_iteration or ("eval" in record and "reward_mean" not in record and it <= checkpoint_iteration)
+    return it < checkpoint_iteration or ("eval" in record and "reward_mean" not in record and not record.get("final")
+                                         and it <= checkpoint_iteration)
 
 
 def _flatten(d: dict, prefix: str = ""):
@@ -78,6 +108,11 @@ def _flatten(d: dict, prefix: str = ""):
             yield from _flatten(v, f"{prefix}{k}/")
         else:
             yield f"{prefix}{k}", v
+
+
+def _num(v) -> float:
+    """A metric for plotting: null (a non-finite value in strict JSON) becomes NaN, a gap in the line."""
+    return float("nan") if v is None else v
 
 
 def read_metrics(folder: Path) -> list[dict]:
@@ -100,12 +135,12 @@ def plot_curves(folder: Path, records: list[dict], title: str) -> Path:
     axes = axes.ravel()
     for ax, (key, label) in zip(axes, panels):
         xs = [r["iteration"] for r in train if key in r]
-        ax.plot(xs, [r[key] for r in train if key in r], marker=".")
+        ax.plot(xs, [_num(r[key]) for r in train if key in r], marker=".")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
     ax = axes[6]
     for key in ("avg@k", "pass@k"):
-        ax.plot([r["iteration"] for r in evals], [r["eval"][key] for r in evals], marker="o", label=key)
+        ax.plot([r["iteration"] for r in evals], [_num(r["eval"][key]) for r in evals], marker="o", label=key)
     ax.set_title("held-out eval", fontsize=10)
     ax.set_ylim(-0.02, 1.02)
     ax.legend()
@@ -114,7 +149,7 @@ def plot_curves(folder: Path, records: list[dict], title: str) -> Path:
     turns = sorted({t for r in train for t in r.get("turn", {})}, key=int)
     for t in turns:
         xs = [r["iteration"] for r in train if t in r.get("turn", {})]
-        ax.plot(xs, [r["turn"][t].get("adv_x_factor_mean", 0.0) for r in train if t in r.get("turn", {})],
+        ax.plot(xs, [_num(r["turn"][t].get("adv_x_factor_mean", 0.0)) for r in train if t in r.get("turn", {})],
                 label=f"turn {t}")
     ax.set_title("mean advantage x factor per turn", fontsize=10)
     if turns:

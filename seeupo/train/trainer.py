@@ -7,8 +7,10 @@ and minibatch shuffles from (run seed, iteration), so a resumed run repeats the 
 
 from __future__ import annotations
 
-import json
+import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +23,14 @@ from seeupo.core.algorithms import carries_factor, get_algorithm
 from seeupo.core.metrics import avg_at_k, pass_at_k
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.envs.base import make_family
-from seeupo.models.loading import DEFAULT_MODEL, load_model
+from seeupo.models.loading import DEFAULT_MODEL, ModelNotAvailable, load_model
 from seeupo.models.policy import Scorer, ValueHead, apply_lora
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
 from seeupo.train.config import Config, resolved_dump, save_config
 from seeupo.train.learner import LossSpec, adamw, score, swapped
-from seeupo.train.runlog import NullLog, RunLog, plot_curves, read_metrics
+from seeupo.train.runlog import NullLog, RunLog, dumps, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 from seeupo.train.warmup import warmup
 
@@ -54,6 +56,8 @@ class EvalResult:
 
 
 def episode_stats(episodes: list[Episode], threshold: float) -> dict:
+    """Per-episode means and per-turn rates (``tool/error_rate``: turns with a tool-call error per
+    turn, at most 1; ``tool/extra_calls``: calls beyond the one a turn acts on, per turn)."""
     n = max(len(episodes), 1)
     turns = sum(e.n_turns for e in episodes)
     m = {
@@ -64,10 +68,11 @@ def episode_stats(episodes: list[Episode], threshold: float) -> dict:
         "episode/tokens": sum(len(e.ids) for e in episodes) / n,
         "episode/generated_tokens": sum(sum(e.gen_mask) for e in episodes) / n,
         "tool/error_rate": sum(e.tool_errors for e in episodes) / max(turns, 1),
+        "tool/extra_calls": sum(e.extra_calls for e in episodes) / max(turns, 1),
         "rollout/truncated_turns": sum(e.truncated_turns for e in episodes),
         "rollout/prefix_mismatches": sum(e.prefix_mismatches for e in episodes),
     }
-    for reason in ("done", "max_turns", "context", "error"):
+    for reason in ("done", "max_turns", "context", "error", "timeout"):
         m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
     return m
 
@@ -114,20 +119,68 @@ def health_warnings(record: dict) -> list[str]:
     return out
 
 
+class InputError(ValueError):
+    """A run's input that cannot work (environment, its options, device, model), with the fix."""
+
+
+def build_family(cfg: Config):
+    """The run's environment family; ``InputError`` (one line) for an unknown name or bad options.
+    ``EnvUnavailable`` (a missing package, with install steps) passes through as an ``InputError``."""
+    from pydantic import ValidationError
+
+    from seeupo.envs.base import ENVS, EnvUnavailable
+
+    try:
+        return make_family(cfg.env.name, cfg.env.options)
+    except ValidationError as e:
+        detail = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
+        raise InputError(f"env.options for {cfg.env.name}: {detail} (see docs/envs.md for its options)") from None
+    except EnvUnavailable as e:
+        raise InputError(str(e)) from None
+    except (ValueError, TypeError) as e:
+        if cfg.env.name not in ENVS:
+            raise InputError(f"--env {cfg.env.name!r} is not an environment; available: {', '.join(sorted(ENVS))}") from None
+        raise InputError(f"env {cfg.env.name} with options {cfg.env.options}: {e}") from None
+
+
+def check_inputs(cfg: Config) -> None:
+    """What a run needs that the config's types cannot check, before anything heavy loads: the
+    environment and its options, the device, the model found offline. ``InputError`` with the fix."""
+    from seeupo.models.loading import ModelNotAvailable, check_model
+
+    build_family(cfg)
+    if cfg.run.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("run.device=cuda but torch sees no GPU (torch.cuda.is_available() is False); "
+                         "use run.device=auto or cpu")
+    try:
+        check_model(cfg.model.name)
+    except ModelNotAvailable as e:
+        raise InputError(str(e)) from None
+
+
 class Trainer:
-    def __init__(self, cfg: Config, *, resume: bool = False, console=None, bar=None):
-        """``bar``: a rich ``Progress`` for the long stages (warm-up, evaluation), or None."""
+    def __init__(self, cfg: Config, *, resume: bool = False, overwrite: bool = False, console=None, bar=None):
+        """``bar``: a rich ``Progress`` for the long stages (warm-up, evaluation), or None.
+        ``resume``: continue the run in ``run.out`` from its latest checkpoint; ``overwrite``: replace
+        the run there (otherwise a folder holding a run is refused with ``checkpoint.RunExists``).
+        Nothing is written until ``run()``."""
         parallel.init(cfg.parallel.strategy)
         main = parallel.is_main()  # only the main process prints, writes files and shows progress
-        self.cfg, self.resume = cfg, resume
+        self.cfg, self.resume, self.overwrite = cfg, resume, overwrite
         self.console, self.bar = (console, bar) if main else (None, None)
         self.out = Path(cfg.run.out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.algo = get_algorithm(cfg.algo.name)
-        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-        lm = load_model(cfg.model.name, seed=cfg.run.seed, dtype=dtype)
-        self.tokenizer = lm.tokenizer
+        # cheap checks first: the environment (its options) and the device, then the model
+        self.family = build_family(cfg)
+        if cfg.run.device == "cuda" and not torch.cuda.is_available():
+            check_inputs(cfg)  # raises InputError with the fix
         self.device = parallel.device(cfg.run.device)
+        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        try:
+            lm = load_model(cfg.model.name, seed=cfg.run.seed, dtype=dtype)
+        except ModelNotAvailable as e:
+            raise InputError(str(e)) from None
+        self.tokenizer = lm.tokenizer
         model = lm.model.to(self.device)
         if cfg.model.lora:
             model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
@@ -146,8 +199,8 @@ class Trainer:
         self.params = [p for _, p in self.named_params]
         self.optimizer = adamw(self.params, cfg.optim.lr, cfg.optim.weight_decay)
         self.chat = Chat(self.tokenizer)
-        self.family = make_family(cfg.env.name, cfg.env.options)
-        self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context)
+        self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context,
+                                    env_timeout_s=cfg.env.timeout_s)
         self._weights_version = 0  # bumped whenever the learner changes the weights (the vLLM engine follows)
         if cfg.rollout.backend == "vllm":
             self.sampler = self._vllm_sampler()
@@ -156,6 +209,8 @@ class Trainer:
                                      temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size,
                                      prefix_cache=cfg.rollout.prefix_cache)
         self.state: dict = {}
+        self._signals = _Signals(self._say)  # replaced by the run's own (installed) one
+        self._log = NullLog()
 
     def _vllm_sampler(self):
         from seeupo.models.loading import resolve
@@ -197,16 +252,23 @@ class Trainer:
         w = self.cfg.warmup.enabled
         return w == "on" or (w == "auto" and self.cfg.model.name == DEFAULT_MODEL)
 
-    def _stage(self, description: str, total: int):
-        """A progress callback ``(done, total)`` for a long stage, and a function that closes it."""
+    def _stage(self, description: str, total: int, stop=None):
+        """A progress callback ``(done, total)`` for a long stage (it also calls ``stop``, which may
+        raise at a safe point), and a function that closes it."""
         if self.bar is None:
-            return None, lambda: None
+            return (lambda *a: stop()) if stop else None, lambda: None
         task = self.bar.add_task(description, total=total)
-        return (lambda done, tot=None: self.bar.update(task, completed=done)), (lambda: self.bar.remove_task(task))
 
-    def evaluate(self, *, policy=None, tag: str = "eval", detailed: bool = False) -> EvalResult:
+        def tick(done, tot=None):
+            self.bar.update(task, completed=done)
+            if stop:
+                stop()
+        return tick, (lambda: self.bar.remove_task(task))
+
+    def evaluate(self, *, policy=None, tag: str = "eval", detailed: bool = False, stop=None) -> EvalResult:
         """avg@k and pass@k on the held-out split (per category too); ``detailed`` adds the
-        episode statistics (tool errors, end reasons) of the evaluation episodes."""
+        episode statistics (tool errors, end reasons) of the evaluation episodes. ``stop()`` is
+        called after every turn (it may raise to abandon the evaluation)."""
         cfg = self.cfg
         tasks = self.family.tasks(cfg.eval.split)[: cfg.eval.tasks]
         jobs = [(t, i, s, derive_seed(cfg.run.seed, tag, t.id, s)) for i, t in enumerate(tasks) for s in range(cfg.eval.k)]
@@ -217,7 +279,7 @@ class Trainer:
         mine = parallel.mine(jobs)
         if policy is self.sampler:
             self._sync_sampler()
-        tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine))
+        tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine), stop)
         try:
             with torch.no_grad(), parallel.gathered(self.scorer):
                 episodes = run_episodes(policy, self.chat, self.family, mine, self.limits, on_progress=tick)
@@ -246,7 +308,8 @@ class Trainer:
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
         self._sync_sampler()
         with torch.no_grad(), parallel.gathered(self.scorer):  # each process runs its share; all get all
-            local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits)
+            local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits,
+                                 on_progress=self._stopper())  # a stop before the update loses nothing
         return parallel.gather_ordered(local, len(jobs))
 
     def _reference_logp(self, rows):
@@ -280,7 +343,25 @@ class Trainer:
 
     def update(self, episodes: list[Episode], it: int) -> dict:
         """The learner's part of iteration ``it`` on ``episodes`` (advantages, the algorithm's
-        phases and optimizer steps); returns the iteration's record without timings."""
+        phases and optimizer steps); returns the iteration's record without timings. Episodes that
+        their environment ended (a crash or a timeout) are counted and left out of the loss and the
+        group baselines: they say nothing about the policy."""
+        stats = episode_stats(episodes, self.cfg.eval.threshold)
+        faulted = [e for e in episodes if e.faulted]
+        for e in faulted[:3]:
+            self._say(f"[yellow]iteration {it}: episode of task {e.task_id} ended by its environment "
+                      f"({e.end_reason}: {e.error[:200]}); left out of the update[/]")
+        episodes = [e for e in episodes if not e.faulted]
+        if not episodes:
+            self._say(f"[yellow]iteration {it}: every episode was ended by its environment; no update[/]")
+            return {"iteration": it, **stats, "optimizer_steps": 0, "nonfinite_skips": 0,
+                    "episodes_excluded": len(faulted), "turn": {}}
+        record = self._update(episodes, it)
+        record.update(stats)
+        record["episodes_excluded"] = len(faulted)
+        return record
+
+    def _update(self, episodes: list[Episode], it: int) -> dict:
         cfg, algo, sched = self.cfg, self.algo, self.schedule
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         groups = torch.tensor([e.group for e in episodes])
@@ -348,94 +429,164 @@ class Trainer:
     def _wall(self) -> float:
         return self._wall_prior + time.perf_counter() - self._wall0
 
-    def _save(self, iteration: int) -> None:
+    def _save(self, iteration: int) -> Path | None:
         self.state["wall_seconds"] = self._wall()
+        self.state["log_lines"] = self._log.lines
         # whole tensors (every process takes part in gathering sharded ones), written by the main process
         tensors = {n: parallel.full(p.detach()) for n, p in self.named_params}
         opt_state = parallel.full_optimizer_state(self.optimizer)
         ref = {n: parallel.full(v) for n, v in self.reference_state.items()} if self.reference_state else None
         if not parallel.is_main():
             parallel.barrier()
-            return
-        checkpoint.save(self.out, iteration=iteration, tensors=tensors, optimizer_state=opt_state,
-                        state=self.state, config_yaml=yaml.safe_dump(resolved_dump(self.cfg), sort_keys=False),
-                        reference=ref)
+            return None
+        path = checkpoint.save(self.out, iteration=iteration, tensors=tensors, optimizer_state=opt_state,
+                               state=self.state, config_yaml=yaml.safe_dump(resolved_dump(self.cfg), sort_keys=False),
+                               reference=ref)
         parallel.barrier()
+        return path
+
+    def _check_stop(self, *, collective: bool = True) -> None:
+        """A safe point: raise ``_Stop`` when SIGTERM/SIGINT arrived (on any process, when
+        ``collective``: every process must reach this call; otherwise only single-process runs stop
+        here, as the processes would otherwise disagree)."""
+        flag = self._signals.signum is not None
+        if parallel.world() > 1:
+            if not collective:
+                return
+            flag = parallel.any_true(flag)
+        if flag:
+            raise _Stop()
+
+    def _stopper(self):
+        """A rollout/evaluation progress callback that stops at the next turn boundary (one process)."""
+        return lambda *a: self._check_stop(collective=False)
+
+    def _resume_state(self) -> int:
+        """Load the latest checkpoint; returns its iteration (None: there is none, start afresh)."""
+        ck = checkpoint.latest(self.out)
+        if ck is None:
+            return None
+        self.state = checkpoint.load(ck, self.named_params, self.optimizer)
+        self._weights_changed()
+        if self.cfg.algo.kl_coef > 0:
+            ref = checkpoint.load_reference(ck)
+            self.reference_state = ({n: parallel.like(ref[n], p) for n, p in self.named_params if n in ref}
+                                    if ref else checkpoint.trainable_state(self.named_params))
+        self._wall_prior = self.state.get("wall_seconds", 0.0)
+        self._say(f"resumed from {ck} at iteration {self.state['iteration']}")
+        return self.state["iteration"]
+
+    def _warmup(self) -> None:
+        cfg = self.cfg
+        self._say(f"format warm-up: {cfg.warmup.episodes} demonstration episodes")
+        steps = cfg.warmup.epochs * -(-cfg.warmup.episodes // cfg.warmup.batch_episodes)
+        tick, close = self._stage("warm-up (supervised steps)", steps)
+        done = iter(range(1, steps + 1))
+
+        def progress(loss):
+            if tick:
+                tick(next(done))
+            self._check_stop()  # every process takes every warm-up step
+
+        try:
+            self.state["warmup"] = warmup(
+                self.learner_model, self.params, self.chat, self.family, self.limits, cfg.warmup,
+                seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
+                progress=progress)
+        finally:
+            close()
+        self._weights_changed()
+
+    def _eval_due(self, done: int) -> bool:
+        every = self.cfg.eval.every
+        return bool(every) and done % every == 0 and 0 < done < self.cfg.run.iterations
+
+    def _periodic_eval(self, done: int) -> None:
+        ev = self.evaluate(stop=self._stopper())
+        self._log.log({"iteration": done, "eval": ev.as_dict()})
+        self.state["evaluated_at"] = done
 
     def run(self, progress=None) -> dict:
+        """Warm-up, evaluation before RL, ``run.iterations`` RL iterations, evaluation after; returns
+        the summary. SIGTERM/SIGINT stop it at the next safe point with a checkpoint (``RunInterrupted``);
+        ``run.max_nonfinite`` skipped steps in a row stop it with ``NonFiniteStop``."""
         cfg = self.cfg
         self._wall0, self._wall_prior = time.perf_counter(), 0.0
         main = parallel.is_main()
         if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if not self.resume:
+                checkpoint.clear_run(self.out, overwrite=self.overwrite)
             save_config(cfg, self.out / "config.yaml")
         self._say(f"schedule of {cfg.algo.name}: {schedule_line(self.schedule)}")
-        start = 0
-        if self.resume:
-            ck = checkpoint.latest(self.out)
-            if ck is None:
-                raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-            self.state = checkpoint.load(ck, self.named_params, self.optimizer)
-            self._weights_changed()
-            if cfg.algo.kl_coef > 0:
-                ref = checkpoint.load_reference(ck)
-                self.reference_state = ({n: parallel.like(ref[n], p) for n, p in self.named_params if n in ref}
-                                        if ref else checkpoint.trainable_state(self.named_params))
-            start = self.state["iteration"]
-            self._wall_prior = self.state.get("wall_seconds", 0.0)
-            if start >= cfg.run.iterations:
-                self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
-                          "nothing to train; raise run.iterations to continue[/]")
-            self._say(f"resumed from {ck} at iteration {start}")
-        log = (RunLog(self.out, cfg.run.loggers, resume_from=start if self.resume else None,
-                      config=cfg.model_dump(mode="json")) if main else NullLog())
+        start = self._resume_state() if self.resume else None
+        if self.resume and start is None:
+            self._say(f"--resume: no checkpoint in {self.out} (the run stopped before its first one, during the "
+                      "warm-up): starting it from the beginning")
+        self._log = (RunLog(self.out, cfg.run.loggers, resume_lines=self.state.get("log_lines") if start is not None else None,
+                            resume_from=start, config=cfg.model_dump(mode="json")) if main else NullLog())
+        self._signals = _Signals(self._say)
+        self._nonfinite_run = self.state.get("nonfinite_run", 0)
+        at = start or 0  # the iteration a stop would checkpoint
+        saved_at = start  # the iteration of the newest checkpoint
         try:
-            if not self.resume:
-                if self.warmup_enabled():
-                    self._say(f"format warm-up: {cfg.warmup.episodes} demonstration episodes")
-                    steps = cfg.warmup.epochs * -(-cfg.warmup.episodes // cfg.warmup.batch_episodes)
-                    tick, close = self._stage("warm-up (supervised steps)", steps)
-                    done = iter(range(1, steps + 1))
-                    try:
-                        self.state["warmup"] = warmup(
-                            self.learner_model, self.params, self.chat, self.family, self.limits, cfg.warmup,
-                            seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
-                            progress=(lambda loss: tick(next(done))) if tick else None)
-                    finally:
-                        close()
-                    self._weights_changed()
-                if cfg.algo.kl_coef > 0:
-                    self.reference_state = checkpoint.trainable_state(self.named_params)
-                ev = self.evaluate()
-                self.state["eval_before"] = ev.as_dict()
-                log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
-                self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks")
-                self._save(0)
-            if not cfg.optim.train_embeddings:
-                # Adam moves every vocabulary row by about lr per step (each gets a tiny softmax gradient,
-                # normalised to unit size): with full fine-tuning that is noise on all embeddings.
-                self.model.get_input_embeddings().weight.requires_grad_(False)
-                self.model.get_output_embeddings().weight.requires_grad_(False)
-            for it in range(start, cfg.run.iterations):
-                record = self.iteration(it)
-                record["warnings"] = health_warnings(record)
-                for w in record["warnings"]:
-                    self._say(f"[yellow]iteration {it}: {w}[/]")
-                log.log(record)
-                if progress:
-                    progress(it + 1, record)
-                done = it + 1
-                if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.run.iterations:
-                    ev = self.evaluate()
-                    log.log({"iteration": done, "eval": ev.as_dict()})
-                if (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0) or done == cfg.run.iterations:
-                    self._save(done)
-            ev = self.evaluate()
-            log.log({"iteration": max(cfg.run.iterations, start), "eval": ev.as_dict(), "final": True})
+            with self._signals:
+                try:
+                    if start is None:
+                        if self.warmup_enabled():
+                            self._warmup()
+                        if cfg.algo.kl_coef > 0:
+                            self.reference_state = checkpoint.trainable_state(self.named_params)
+                        self.state["run_id"] = checkpoint.new_run_id()
+                        self._save(0)  # the warmed-up model, before the (long) evaluation
+                        saved_at, start = 0, 0
+                        self._check_stop()
+                    if "eval_before" not in self.state:
+                        ev = self.evaluate(stop=self._stopper())
+                        self.state["eval_before"] = ev.as_dict()
+                        self._log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
+                        self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks")
+                    if start >= cfg.run.iterations and "eval_before" in self.state and start > 0:
+                        self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
+                                  "nothing to train; raise run.iterations to continue[/]")
+                    self._freeze_embeddings()
+                    if self._eval_due(start) and self.state.get("evaluated_at") != start:
+                        self._periodic_eval(start)  # interrupted there before
+                    for it in range(start, cfg.run.iterations):
+                        at = it
+                        self._check_stop()
+                        record = self.iteration(it)
+                        self._nonfinite(record)
+                        record["warnings"] = health_warnings(record)
+                        for w in record["warnings"]:
+                            self._say(f"[yellow]iteration {it}: {w}[/]")
+                        self._log.log(record)
+                        if progress:
+                            progress(it + 1, record)
+                        done = at = it + 1
+                        self.state["nonfinite_run"] = self._nonfinite_run
+                        if self._nonfinite_run >= cfg.run.max_nonfinite:
+                            raise NonFiniteStop(self._nonfinite_message(it, saved_at))
+                        self._check_stop()
+                        if self._eval_due(done):
+                            self._periodic_eval(done)
+                        if (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0) or done == cfg.run.iterations:
+                            self._save(done)
+                            saved_at = done
+                    at = max(cfg.run.iterations, start)
+                    ev = self.evaluate(stop=self._stopper())
+                    self._log.log({"iteration": at, "eval": ev.as_dict(), "final": True})
+                except _Stop:
+                    # the state at `at` is whole here (a stop never lands inside an update); the warm-up has no
+                    # checkpoint to write yet
+                    path = self._save(at) if saved_at is not None else None
+                    raise RunInterrupted(self._signals.signum, at, path, self.out) from None
         finally:
-            log.close()
+            self._log.close()
             self.close()
         with torch.no_grad():
             l2 = float(torch.sqrt(sum((parallel.full(p.detach()).double() ** 2).sum() for p in self.params)))
+        records = read_metrics(self.out) if main else []
         summary = {
             "algorithm": cfg.algo.name, "model": cfg.model.name, "env": cfg.env.name, "seed": cfg.run.seed,
             "eval_before": self.state["eval_before"], "eval_after": ev.as_dict(),
@@ -443,13 +594,89 @@ class Trainer:
             "wall_seconds": self._wall(),
             "trainable_param_l2": l2,
             "warmup": self.state.get("warmup"),
+            "nonfinite_skips": sum(r.get("nonfinite_skips", 0) for r in records if "reward_mean" in r),
+            "episodes_excluded": sum(r.get("episodes_excluded", 0) for r in records if "reward_mean" in r),
             "schedule": {**self.schedule.as_dict(),
-                         "optimizer_steps_per_iteration": _mean_steps(read_metrics(self.out)) if main else None},
+                         "optimizer_steps_per_iteration": _mean_steps(records) if main else None},
         }
         if main:
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
-            plot_curves(self.out, read_metrics(self.out), f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
+            checkpoint.write_atomic(self.out / "summary.json", dumps(summary, indent=1))
+            plot_curves(self.out, records, f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
         return summary
+
+    def _freeze_embeddings(self) -> None:
+        if not self.cfg.optim.train_embeddings:
+            # Adam moves every vocabulary row by about lr per step (each gets a tiny softmax gradient,
+            # normalised to unit size): with full fine-tuning that is noise on all embeddings.
+            self.model.get_input_embeddings().weight.requires_grad_(False)
+            self.model.get_output_embeddings().weight.requires_grad_(False)
+
+    def _nonfinite(self, record: dict) -> None:
+        """Skipped steps in a row (the guard in ``learner.optimizer_step``), across iterations."""
+        flags = record.pop("_skips", [])
+        for f in flags:
+            self._nonfinite_run = self._nonfinite_run + 1 if f else 0
+        if record.get("nonfinite_skips"):
+            self._say(f"[yellow]iteration {record['iteration']}: {record['nonfinite_skips']} optimizer step(s) had a "
+                      "non-finite loss or gradient and were skipped (not applied)[/]")
+
+    def _nonfinite_message(self, it: int, saved_at) -> str:
+        last = checkpoint.latest(self.out)
+        return (f"stopped at iteration {it}: {self._nonfinite_run} optimizer steps in a row had a non-finite loss or "
+                f"gradient (run.max_nonfinite={self.cfg.run.max_nonfinite}); none was applied. Last checkpoint: "
+                f"{last or 'none'}. Usual causes: rollout.temperature far below 1 (log-probs overflow), a learning "
+                "rate too high, a reward or advantage that is NaN/Inf (algo.advantage_clip bounds the latter)")
+
+
+class _Stop(Exception):
+    """Raised at a safe point after SIGTERM/SIGINT (caught in ``Trainer.run``)."""
+
+
+class RunInterrupted(Exception):
+    """SIGTERM or SIGINT stopped the run at a safe point; ``checkpoint`` holds it (None: the signal came
+    during the warm-up, before the first checkpoint; ``--resume`` redoes the warm-up)."""
+
+    def __init__(self, signum, iteration: int, checkpoint_path, out: Path):
+        self.signum, self.iteration, self.checkpoint, self.out = signum, iteration, checkpoint_path, out
+        name = signal.Signals(signum).name if signum else "a signal"
+        where = (f"checkpoint {checkpoint_path} (iteration {iteration})" if checkpoint_path
+                 else "no checkpoint yet (stopped during the warm-up; resuming redoes it)")
+        super().__init__(f"{name}: stopped at a safe point; {where}. Continue with: seeupo train --resume --out {out}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or signal.SIGTERM)
+
+
+class NonFiniteStop(RuntimeError):
+    """``run.max_nonfinite`` optimizer steps in a row were skipped by the non-finite guard."""
+
+
+class _Signals:
+    """SIGTERM and SIGINT set a flag that the run checks at safe points; a second signal raises
+    ``KeyboardInterrupt`` at once. Installed only in the main thread (signals go there)."""
+
+    def __init__(self, say):
+        self.say, self.signum, self.old = say, None, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self.old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+        os.write(2, f"\n{signal.Signals(signum).name}: stopping at the next safe point with a checkpoint "
+                    "(send it again to exit at once)\n".encode())
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
+        self.old = {}
+        return False
 
 
 def oracle_policy(chat: Chat) -> ScriptedPolicy:

@@ -79,6 +79,15 @@ def _mean(ms: list[dict]) -> dict:
     return {k: sum(m.get(k, 0.0) for m in ms) / len(ms) for k in keys} if ms else {}
 
 
+def _count_steps(metrics: dict, steps: list[dict]) -> None:
+    """``optimizer_steps``: the steps applied; ``nonfinite_skips``: those the non-finite guard skipped."""
+    skips = int(sum(m.get("nonfinite_skip", 0.0) for m in steps))
+    metrics.pop("nonfinite_skip", None)
+    metrics["optimizer_steps"] = len(steps) - skips
+    metrics["nonfinite_skips"] = skips
+    metrics["_skips"] = [bool(m.get("nonfinite_skip")) for m in steps]  # in order (popped by the trainer)
+
+
 def _reference(ctx: UpdateContext, rows: Rows) -> torch.Tensor | None:
     if ctx.spec.kl_coef <= 0:
         return None
@@ -92,7 +101,7 @@ def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=N
     inp = StepInputs(rows=rows, adv=adv, ref_logp=_reference(ctx, rows), returns=returns, old_values=old_values)
     steps = run_phase(ctx, inp)
     metrics = _mean(steps)
-    metrics["optimizer_steps"] = len(steps)
+    _count_steps(metrics, steps)
     if steps:
         metrics["logp_gap_max"] = steps[0].get("logp_gap_max", 0.0)
     return metrics
@@ -197,7 +206,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             else:
                 _settle(ctx, (rows, None), per_turn, factor_clip, factor, factor_ratio, turns_of_phase=phase)
     metrics = _mean(all_steps)
-    metrics["optimizer_steps"] = len(all_steps)
+    _count_steps(metrics, all_steps)
     metrics["phases"] = len(phases)
     metrics["phase_order"] = phases
     if all_steps:

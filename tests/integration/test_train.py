@@ -59,6 +59,8 @@ def test_cli_train_tiny_writes_summary(tmp_path):
     assert s["iterations"] == 1 and "wall_seconds" in s
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "checkpoints" / "latest").exists()
     assert (tmp_path / "tensorboard").exists() is False  # loggers=[jsonl]
+    # not a terminal: long stages print plain progress lines (a CI log is never silent)
+    assert "[progress] warm-up (supervised steps)" in res.output and "done" in res.output
     bad = CliRunner().invoke(app, ["train", "--preset", "tiny", "algo.nmae=x"])
     assert bad.exit_code == 2 and "Extra inputs" in bad.output
 
