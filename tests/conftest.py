@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 import torch
@@ -20,3 +21,14 @@ def chat(tiny):
     from seeupo.rollout.runner import Chat
 
     return Chat(tiny.tokenizer)
+
+
+@pytest.fixture(autouse=True)
+def _drop_checkpoints(request):
+    """Run folders' checkpoints are removed after each test (a tiny run's are ~80 MB; the suite
+    writes dozens), so the suite's disk use stays bounded."""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if path is not None:
+        for d in path.rglob("checkpoints"):
+            shutil.rmtree(d, ignore_errors=True)

@@ -116,6 +116,9 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch,
             Trainer(cfg).run()
     e = info.value
     assert e.signum == signal.SIGTERM and e.exit_code == 143 and "--resume" in str(e)
+    # where it stopped: the warm-up and the first evaluation at 0, a rollout before its update (1),
+    # an update after it (2), a save at the next iteration's start (1)
+    assert e.iteration == {"warmup": 0, "eval": 0, "rollout": 1, "update": 2, "save": 1}[point]
     assert (e.checkpoint is None) == (point == "warmup")  # the warm-up has nothing to checkpoint yet
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run's handler is gone
     assert not list((tmp_path / "checkpoints").glob(".tmp-*")) if (tmp_path / "checkpoints").exists() else True
@@ -185,14 +188,16 @@ def test_killed_checkpoint_write_leaves_the_previous_one(tmp_path):
 
 def test_pruning_orders_by_iteration_and_keeps_other_runs(tmp_path):
     t = {"w": torch.ones(1)}
-    checkpoint.save(tmp_path, iteration=5, tensors=t, optimizer_state={}, state={"run_id": "old"}, config_yaml="")
-    (tmp_path / "checkpoints" / "iter-1000000").mkdir()  # 7 digits: sorts before iter-000010 by name
-    (tmp_path / "checkpoints" / "iter-1000000" / "state.json").write_text('{"run_id": "new"}')
-    for it in (10, 20):
-        checkpoint.save(tmp_path, iteration=it, tensors=t, optimizer_state={}, state={"run_id": "new"}, config_yaml="")
+
+    def save(it, run):
+        checkpoint.save(tmp_path, iteration=it, tensors=t, optimizer_state={}, state={"run_id": run}, config_yaml="")
+    save(5, "old")
+    save(999999, "new")
+    save(1000000, "new")  # 7 digits: sorts before iter-999999 by name
+    save(1000001, "new")
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter-*"))
-    # this run's newest two by number (1000000 and 20), the other run's untouched
-    assert names == ["iter-000005", "iter-000020", "iter-1000000"]
+    # this run's newest two by number, the other run's untouched
+    assert names == ["iter-000005", "iter-1000000", "iter-1000001"]
 
 
 def _strict_json(path: Path):
@@ -264,6 +269,8 @@ def test_rerun_on_a_finished_run_is_refused_and_changes_nothing(tmp_path):
 def test_resume_without_a_checkpoint_starts_afresh(tmp_path):
     cfg = load_config("tiny", [*SMALL, "run.iterations=1", f"run.out={tmp_path}"])
     Trainer(cfg).run()
+    with pytest.raises(checkpoint.RunExists):  # the library refuses too, not only the command
+        Trainer(cfg).run()
     import shutil
 
     shutil.rmtree(tmp_path / "checkpoints")
@@ -476,3 +483,75 @@ def test_faulted_episodes_leave_the_update_unchanged(tmp_path):
     assert rec_a["optimizer_steps"] > 0 and rec_a["advantage_abs_max"] == rec_b["advantage_abs_max"]
     assert all(torch.equal(a[n], b[n]) for n in a)
     assert any(not torch.equal(a[n], start[n]) for n in a)
+
+
+def test_a_crash_in_the_first_evaluation_keeps_the_warmup(tmp_path, monkeypatch):
+    """The warmed-up model is checkpointed before the first evaluation: a run that dies there (a
+    hard kill, a crash) resumes without redoing the warm-up, and ends as the uninterrupted run."""
+    cfg = load_config("tiny", [*SMALL[:-3], "run.iterations=1", f"run.out={tmp_path / 'a'}"])
+    ref = Trainer(cfg).run()
+
+    def boom(self, **kw):
+        raise RuntimeError("killed")
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "evaluate", boom)
+        with pytest.raises(RuntimeError):
+            Trainer(load_config("tiny", [*SMALL[:-3], "run.iterations=1", f"run.out={tmp_path / 'b'}"])).run()
+    ck = checkpoint.latest(tmp_path / "b")
+    assert ck is not None and json.loads((ck / "state.json").read_text())["warmup"]["warmup/steps"] == 2
+    calls = []
+    orig = trainer_mod.warmup
+    monkeypatch.setattr(trainer_mod, "warmup", lambda *a, **kw: calls.append(1) or orig(*a, **kw))
+    s = Trainer(load_config(str(tmp_path / "b" / "config.yaml")), resume=True).run()
+    assert calls == [] and s["trainable_param_l2"] == ref["trainable_param_l2"]
+    assert _lines(tmp_path / "b") == _lines(tmp_path / "a")
+
+
+def test_a_crash_after_a_checkpoint_resumes_without_stale_lines(tmp_path, monkeypatch, uninterrupted):
+    """A run that dies with lines logged past its last checkpoint (a hard kill) resumes to the
+    uninterrupted run's metrics.jsonl: the lines past the checkpoint are dropped and recomputed."""
+    ref_dir, ref = uninterrupted
+    cfg = load_config("tiny", [*SMALL, "run.checkpoint_every=0", f"run.out={tmp_path}"])
+    orig = Trainer._update
+
+    def _update(self, episodes, it):
+        if it == 2:
+            raise RuntimeError("killed")
+        return orig(self, episodes, it)
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "_update", _update)
+        with pytest.raises(RuntimeError):
+            Trainer(cfg).run()
+    assert len(_lines(tmp_path)) == 4  # eval before, iterations 0 and 1, the evaluation at 2
+    s = Trainer(load_config(str(tmp_path / "config.yaml")), resume=True).run()  # from the warm-up's checkpoint
+    assert _lines(tmp_path) == _lines(ref_dir) and s["trainable_param_l2"] == ref["trainable_param_l2"]
+
+
+def test_tool_errors_count_once_per_turn_and_extra_calls_add_up(chat):
+    from seeupo.envs.base import Env, EnvFamily, StepResult, Task
+    from seeupo.rollout.runner import RolloutLimits, run_episodes
+    from seeupo.rollout.sampler import ScriptedPolicy
+    from seeupo.train.trainer import episode_stats
+
+    class Noisy(Env):
+        def reset(self):
+            return [{"role": "user", "content": "go"}]
+
+        def step(self, text):
+            return StepResult([{"role": "user", "content": "again"}], 0.0, False, {"tool_error": 5, "extra_calls": 2})
+
+        def score(self):
+            return 0.0
+
+    class Fam(EnvFamily):
+        def tasks(self, split):
+            return [Task("t", split)]
+
+        def make(self, task, *, seed):
+            return Noisy()
+
+    pol = ScriptedPolicy(lambda env, rng: "call", chat.encode, chat.eos_id)
+    eps = run_episodes(pol, chat, Fam(), [(Task("t", "train"), 0, 0, 0)], RolloutLimits(3, 8, 512))
+    assert eps[0].n_turns == 3 and eps[0].tool_errors == 3 and eps[0].extra_calls == 6
+    st = episode_stats(eps, 1.0)
+    assert st["tool/error_rate"] == 1.0 and st["tool/extra_calls"] == 2.0
