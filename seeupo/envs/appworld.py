@@ -6,7 +6,9 @@ library + ``appworld`` only), one per episode. Without that environment and its 
 appworld`` stops at start with the steps to install them; it never makes up tasks.
 
 The agent writes Python that calls ``apis.<app>.<api>(...)``; AppWorld executes it and its own
-evaluation gives the reward (1 when all of the task's checks pass).
+evaluation gives the reward (1 when all of the task's checks pass). Step info: ``tool_error`` 1 when
+the reply has no code or its output shows a traceback or exception, else 0; ``extra_calls`` 0 (all
+of a reply's code blocks run, joined).
 """
 
 from __future__ import annotations
@@ -95,14 +97,15 @@ class AppWorldEnv(Env):
         code = extract_code(assistant_text)
         if not code:
             return StepResult([{"role": "user", "content": "Write a ```python``` code block."}], 0.0, False,
-                              {"tool_error": 1})
+                              {"tool_error": 1, "extra_calls": 0})
         out = self.worker.ask("execute", code=code)
         self.completed = out["completed"]
         text = out["output"][: self.opts.max_output_chars]
         error = int("Traceback" in text or "Exception" in text)
         if self.completed:
-            return StepResult([], 0.0, True, {"tool_error": error})
-        return StepResult([{"role": "user", "content": f"Output:\n{text}"}], 0.0, False, {"tool_error": error})
+            return StepResult([], 0.0, True, {"tool_error": error, "extra_calls": 0})
+        return StepResult([{"role": "user", "content": f"Output:\n{text}"}], 0.0, False,
+                          {"tool_error": error, "extra_calls": 0})
 
     def score(self) -> float:
         try:

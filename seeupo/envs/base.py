@@ -5,7 +5,9 @@ never share state. An ``Env``:
 
 - ``reset() -> list of messages``: the initial chat (system prompt, tool docs, first user message).
 - ``step(assistant_text) -> StepResult``: the observation messages, a reward, ``done`` and an info
-  dict (``info["tool_error"]`` counts malformed or failed calls: never an exception).
+  dict: ``info["tool_error"]`` is 1 when the turn had a malformed or failed call, else 0 (never an
+  exception); ``info["extra_calls"]`` counts calls beyond the one the environment acted on (0 where
+  a reply may hold several calls, as in BFCL). The runner bounds every call by ``env.timeout_s``.
 - ``score() -> float``: the outcome score in [0, 1] by the environment's own checker.
 - ``demo_action(rng) -> str``: a format-correct action chosen *without* the answer (warm-up data).
 """

@@ -18,6 +18,17 @@ Safety and isolation:
   arguments (checked against the function's signature and documented types) ever reach BFCL's
   executor, which runs ``eval`` on call strings. Anything else becomes an error observation,
   counted in ``info["tool_error"]``.
+- BFCL's executor prefixes every ``name(`` in a call string whose name is a method of the entry's
+  backends with the backend instance, string literals included (``mkdir(dir_name='ls(')`` would
+  make a folder named ``..._instance.ls(``). A call with an argument whose text holds such a
+  ``name(`` (BFCL's own pattern: the name, optional spaces, ``(``), in a string at any depth of
+  the argument, is malformed and never executed.
+
+Step info (every step): ``tool_error`` 0 or 1 (1 when the reply is malformed or any of its calls
+failed in the backend), ``exec_errors`` (how many of its calls failed in the backend), ``calls``
+(calls executed), ``extra_calls`` 0 (several calls in one reply are BFCL's parallel calls, all
+executed), ``error: "malformed"`` on a malformed reply, ``force_quit: 1`` when the step limit ends
+the entry. ``BfclEnv.counts`` sums them over the episode: ``calls``, ``malformed``, ``exec_errors``.
 - BFCL caches backend instances in module globals under a model-name key; every episode uses its
   own key, so parallel episodes of one entry never share state, and removes its instances when
   it is scored.
@@ -89,9 +100,10 @@ def decode_calls(text: str) -> list[Call]:
     src = body if body.startswith("[") else f"[{body}]"
     try:
         node = ast.parse(src, mode="eval").body
-    except SyntaxError as e:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        # ValueError: e.g. a lone surrogate (not encodable); RecursionError/MemoryError: too deep
         if _CALL_START.match(body):
-            raise Malformed(f"invalid call syntax ({e.msg})") from None
+            raise Malformed(f"invalid call syntax ({getattr(e, 'msg', None) or type(e).__name__})") from None
         return []
     elems = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
     if not any(isinstance(e, ast.Call) for e in elems):
@@ -107,11 +119,15 @@ def decode_calls(text: str) -> list[Call]:
                 if kw.arg is None:
                     raise Malformed(f"{e.func.id}: **kwargs are not allowed")
                 kwargs[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, TypeError, SyntaxError, RecursionError):
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             raise Malformed(f"{e.func.id}: arguments must be literal values (strings, numbers, lists, ...)") from None
         calls.append(Call(e.func.id, args, kwargs))
     return calls
 
+
+# BFCL's executor (multi_turn_utils._process_method_calls) rewrites every match of this pattern
+# whose name is a backend method into ``<instance>.name``, inside string literals too
+_REWRITTEN = re.compile(r"\b([a-zA-Z_]\w*)\s*(?=\()")
 
 _TYPES = {"string": (str,), "integer": (int,), "float": (int, float), "number": (int, float),
           "boolean": (bool,), "array": (list, tuple), "tuple": (list, tuple), "dict": (dict,)}
@@ -137,7 +153,14 @@ def check_call(call: Call, docs: dict[str, dict], signatures: dict[str, inspect.
         if isinstance(value, bool) and bool not in want or not isinstance(value, want):
             raise Malformed(f"{call.name}: argument {name!r} must be {props[name]['type']}, "
                             f"got {type(value).__name__}")
-    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in bound.arguments.items())})"
+    shown = {k: repr(v) for k, v in bound.arguments.items()}
+    for name, text in shown.items():
+        for m in _REWRITTEN.finditer(text):
+            if m.group(1) in signatures:  # the executor would turn it into a method call
+                raise Malformed(f"{call.name}: argument {name!r} contains the text {m.group(1)!r} followed by '(', "
+                                f"which BFCL's executor treats as a call of the function {m.group(1)}; "
+                                "write the value without '(' right after a function name")
+    return f"{call.name}({', '.join(f'{k}={v}' for k, v in shown.items())})"
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -202,6 +225,7 @@ class BfclOptions(BaseModel):
 
 
 _keys = itertools.count()
+_NO_CALLS = {"tool_error": 0, "exec_errors": 0, "calls": 0, "extra_calls": 0}  # the info of a step without calls
 
 
 class BfclEnv(Env):
@@ -258,24 +282,25 @@ class BfclEnv(Env):
             self.counts["malformed"] += 1
             return self._after_step([{"role": "tool", "content": f"Error: {e}. Write the calls as "
                                       "[func_name(param=value, ...), ...], or reply in plain text when done."}],
-                                    {"tool_error": 1, "error": "malformed"})
+                                    {**_NO_CALLS, "tool_error": 1, "error": "malformed"})
         if not strings:  # no call: the question is done, serve the next one
             self.q += 1
             if self.q >= len(self.questions):
                 self.finished = True
-                return StepResult([], 0.0, True, {"tool_error": 0})
+                return StepResult([], 0.0, True, dict(_NO_CALLS))
             self.steps = 0
             self.decoded.append([])
             for d in self.held_out.get(self.q, []):  # now shown to the model
                 self.docs[d["name"]] = d
-            return StepResult(self._question(self.q), 0.0, False, {"tool_error": 0})
+            return StepResult(self._question(self.q), 0.0, False, dict(_NO_CALLS))
         results = self._execute(strings)
         self.decoded[self.q].append(strings)
         self.counts["calls"] += len(strings)
         errors = sum(r.startswith("Error during execution") for r in results)
         self.counts["exec_errors"] += errors
         return self._after_step([{"role": "tool", "content": r} for r in results],
-                                {"tool_error": errors, "calls": len(strings)})
+                                {"tool_error": int(errors > 0), "exec_errors": errors, "calls": len(strings),
+                                 "extra_calls": 0})
 
     def _after_step(self, observation: list[Message], info: dict) -> StepResult:
         self.steps += 1

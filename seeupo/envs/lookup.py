@@ -11,6 +11,11 @@ Knobs that break the bandit assumption (each 0 by default, see SPEC §7):
 - ``intermediate_reward``: reward ``w / hops`` for each lookup that follows the chain (shaping).
 - ``observation_noise``: probability that an observation carries a distractor line.
 - ``tool_failure``: probability that a lookup fails with a "busy, try again" error (stochastic tool).
+
+Every step's info has ``tool_error`` (1 when the reply's call is malformed or names an unknown tool
+or key, else 0) and ``extra_calls``: the tool calls in the reply beyond the first one, which is the
+only one acted on (``toolcall.extra_calls``: JSON objects with a ``"tool"`` key for the ``json``
+parser, ``<tool_call>`` blocks for ``hermes``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from seeupo.envs.base import Env, EnvFamily, Message, StepResult, Task, register
-from seeupo.envs.toolcall import ToolCall, get_parser
+from seeupo.envs.toolcall import ToolCall, extra_calls, get_parser
 
 WORDS = ("red", "blue", "green", "gold", "pink", "gray", "cat", "dog", "fox", "owl", "bee", "cow",
          "sun", "moon", "star", "tree", "lake", "rock", "box", "cup", "pen", "key", "hat", "map")
@@ -91,6 +96,13 @@ def render_prompt(task: Task) -> list[Message]:
     return [{"role": "user", "content": text}]
 
 
+def _shown(value) -> str:
+    """A short rendering of a model-given argument for an error message (never raises)."""
+    if isinstance(value, str):
+        return json.dumps(value[:40] + ("..." if len(value) > 40 else ""))
+    return f"of type {type(value).__name__}" if isinstance(value, (list, dict)) else json.dumps(value)
+
+
 class LookupEnv(Env):
     def __init__(self, task: Task, opts: LookupOptions, seed: int):
         self.task, self.opts = task, opts
@@ -113,6 +125,11 @@ class LookupEnv(Env):
         return [{"role": "user", "content": text}]
 
     def step(self, assistant_text: str) -> StepResult:
+        res = self._step(assistant_text)
+        res.info["extra_calls"] = extra_calls(assistant_text, self.opts.parser)
+        return res
+
+    def _step(self, assistant_text: str) -> StepResult:
         d = self.task.data
         call = self.parse(assistant_text)
         if not isinstance(call, ToolCall):
@@ -120,15 +137,17 @@ class LookupEnv(Env):
                                         f'{{"tool": "lookup", "key": "{d["keys"][0]}"}}'), 0.0, False,
                               {"tool_error": 1, "error": "parse"})
         if call.name == "answer":
-            value = str(call.args.get("value", "")).strip()
+            value = call.args.get("value", "")
+            # a list or object is never the number (and str() of a deeply nested one could raise)
+            value = str(value).strip() if isinstance(value, (str, int, float)) else ""
             self.answered = value
             return StepResult([], float(value == d["answer"]), True, {"tool_error": 0})
         if call.name != "lookup":
-            return StepResult(self._obs(f'error: unknown tool "{call.name}"; use lookup or answer'), 0.0,
+            return StepResult(self._obs(f"error: unknown tool {_shown(call.name)}; use lookup or answer"), 0.0,
                               False, {"tool_error": 1, "error": "unknown_tool"})
         key = call.args.get("key")
         if not isinstance(key, str) or key.strip() not in d["table"]:
-            return StepResult(self._obs(f"error: unknown key {json.dumps(key)}. Keys: {', '.join(d['keys'])}"),
+            return StepResult(self._obs(f"error: unknown key {_shown(key)}. Keys: {', '.join(d['keys'])}"),
                               0.0, False, {"tool_error": 1, "error": "bad_argument"})
         key = key.strip()
         if self.opts.tool_failure and self.rng.random() < self.opts.tool_failure:

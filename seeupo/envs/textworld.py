@@ -1,4 +1,4 @@
-"""``textworld``: text adventure games generated locally by TextWorld (``seeupo setup textworld``).
+r"""``textworld``: text adventure games generated locally by TextWorld (``seeupo setup textworld``).
 
 Each task is a game generated from a seed (rooms, objects and quest length are options) and
 compiled once into the seeupo cache. The model reads the objective and the room, and replies with
@@ -7,7 +7,15 @@ after each command, so an episode's rewards sum to its final normalised score). 
 ``admissible: true`` every observation lists the commands the game accepts there.
 
 A command the game does not accept in that state (not among its admissible commands) is answered
-by the game as usual and counted in ``info["tool_error"]``.
+by the game as usual and counted in ``info["tool_error"]`` (0 or 1). Two kinds are answered by us
+and never reach the game: an empty reply, and a command naming one of the interpreter's
+out-of-world verbs (``META_VERBS``: ``save`` and ``script`` write files into the working folder,
+``restart``/``quit`` end or reset the game). ``parse_command`` turns backslashes, control and other
+unprintable characters into spaces: the interpreter (jericho's dumb-frotz) reads ``\`` as the start
+of its own commands (``\s`` floods the output with screen dumps, an unknown one prints an error line
+forever: 41 GB in one fuzz run; ``\R`` records into a file in the working folder; others hang or
+crash it) and a NUL byte hangs or crashes it. ``info["extra_calls"]`` is always 0: only the first
+line of a reply is used.
 """
 
 from __future__ import annotations
@@ -78,9 +86,24 @@ def game_path(opts: TextWorldOptions, seed: int) -> Path:
     return path
 
 
+# the Inform interpreter's out-of-world verbs that touch files or the game's run; it reads only the
+# first 9 letters of a word ("transcripts" is "transcript")
+META_VERBS = ("save", "restore", "restart", "quit", "q", "script", "transcript", "unscript", "noscript",
+              "undo", "verify")
+_META9 = {v[:9] for v in META_VERBS}
+
+
+def is_meta_command(cmd: str) -> bool:
+    """Whether any word of ``cmd`` (split on anything but letters and digits) is an out-of-world verb."""
+    return any(w[:9] in _META9 for w in re.findall(r"\w+", cmd.lower()))
+
+
 def parse_command(text: str) -> str:
-    """The first non-empty line, without quotes, a trailing period or a leading '>'."""
+    """The first non-empty line, without quotes, a trailing period or a leading '>'; backslashes and
+    unprintable characters (control characters, NUL, lone surrogates, ...) become spaces, runs of
+    spaces one (see the module docstring: both reach the interpreter's own command layer)."""
     for line in text.splitlines():
+        line = re.sub(r"\s+", " ", "".join(c if c.isprintable() and c != "\\" else " " for c in line))
         line = line.strip().strip("`'\"").strip()
         line = re.sub(r"^>\s*", "", line).rstrip(".!").strip().lower()
         if line:
@@ -117,8 +140,12 @@ class TextWorldEnv(Env):
         cmd = parse_command(assistant_text)
         if not cmd:
             return StepResult([{"role": "user", "content": "Write one command, e.g. look."}], 0.0, False,
-                              {"tool_error": 1, "error": "empty"})
+                              {"tool_error": 1, "error": "empty", "extra_calls": 0})
         valid = cmd in {c.lower() for c in self.state.admissible_commands}  # the parser is case-blind
+        if not valid and is_meta_command(cmd):  # never sent: files, restarts and quits stay out of reach
+            return StepResult([{"role": "user", "content": "That command is not available here (save, restore, "
+                                f"restart, quit, undo and transcripts are not).{self._listing()}"}], 0.0, False,
+                              {"tool_error": 1, "error": "meta_command", "extra_calls": 0})
         self.state, _, done = self.game.step(cmd)
         max_score = max(self.state.max_score or 1, 1)
         reward = (self.state.score - self.last_score) / max_score
@@ -126,7 +153,7 @@ class TextWorldEnv(Env):
         done = bool(done or self.state.won or self.state.lost)
         feedback = re.split(r"\n\s*>", self.state.feedback)[0].strip()  # drop the prompt and status line
         obs = [] if done else [{"role": "user", "content": f"{feedback}{self._listing()}"}]
-        return StepResult(obs, reward, done, {"tool_error": int(not valid)})
+        return StepResult(obs, reward, done, {"tool_error": int(not valid), "extra_calls": 0})
 
     def score(self) -> float:
         try:
