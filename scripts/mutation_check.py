@@ -73,7 +73,7 @@ M = [
   "tests/integration/test_reliability.py -k pruning"),
  ("a finished run clobbered", "seeupo/train/checkpoint.py", "    if not overwrite:\n        refuse_existing(folder)", "    if False:\n        refuse_existing(folder)",
   "tests/integration/test_reliability.py -k 'rerun or resume_without'"),
- ("timeouts reported as crashes", "seeupo/rollout/runner.py", 'ep.end_reason = "timeout" if isinstance(e, EnvTimeout) else "error"', 'ep.end_reason = "error"',
+ ("timeouts reported as crashes", "seeupo/rollout/runner.py", 'ep.end_reason = "timeout" if isinstance(e, TimeoutError) else "error"', 'ep.end_reason = "error"',
   "tests/integration/test_reliability.py -k hanging"),
  ("faulted episodes trained on", "seeupo/train/trainer.py", "        episodes = [e for e in episodes if not e.faulted]\n", "        episodes = list(episodes)\n",
   "tests/integration/test_reliability.py -k faulted"),

@@ -193,7 +193,7 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
 
 def _fault(ep: Episode, e: Exception, call: str) -> None:
     """Mark ``ep`` as ended by its environment (a crash or a timeout in ``call``)."""
-    ep.end_reason = "timeout" if isinstance(e, EnvTimeout) else "error"
+    ep.end_reason = "timeout" if isinstance(e, TimeoutError) else "error"  # ours, or a worker's read
     ep.error = f"{call}: {e!r}"
 
 

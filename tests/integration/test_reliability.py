@@ -555,3 +555,22 @@ def test_tool_errors_count_once_per_turn_and_extra_calls_add_up(chat):
     assert eps[0].n_turns == 3 and eps[0].tool_errors == 3 and eps[0].extra_calls == 6
     st = episode_stats(eps, 1.0)
     assert st["tool/error_rate"] == 1.0 and st["tool/extra_calls"] == 2.0
+
+
+def test_a_worker_that_does_not_answer_times_out_and_is_killed(tmp_path):
+    import sys
+
+    from seeupo.envs.worker import JsonWorker, WorkerTimeout
+
+    script = tmp_path / "w.py"
+    script.write_text("import json, sys, time\nprint(json.dumps({'ok': True}), flush=True)\n"
+                      "for line in sys.stdin:\n    time.sleep(600)\n")
+    w = JsonWorker(sys.executable, script, name="sleepy", timeout=0.5)
+    assert w.hello == {"ok": True}
+    start = time.perf_counter()
+    with pytest.raises(WorkerTimeout):
+        w.ask("anything")
+    assert time.perf_counter() - start < 1.5
+    assert w.proc.wait(timeout=5) is not None  # killed
+    with pytest.raises(RuntimeError, match="not running"):
+        w.ask("again")
