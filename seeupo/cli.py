@@ -201,13 +201,9 @@ def train(
 ) -> None:
     """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after.
 
-    A folder that holds a run is never overwritten silently: --resume continues it, --overwrite
-    replaces it. SIGTERM / Ctrl-C stop at the next safe point with a checkpoint (a second Ctrl-C exits
-    at once); exit codes: 0 done, 1 stopped by non-finite steps (run.max_nonfinite), 2 bad input,
-    128+signal when interrupted (docs/reliability.md).
+    A folder that holds a run is never overwritten silently: --resume continues it, --overwrite replaces it. SIGTERM / Ctrl-C stop at the next safe point with a checkpoint (a second Ctrl-C exits at once). Exit codes: 0 done, 1 stopped by non-finite steps (run.max_nonfinite), 2 bad input, 128+signal when interrupted (docs/reliability.md).
 
-    Several processes: torchrun --nproc_per_node N -m seeupo train ... or accelerate launch -m seeupo train ...
-    (parallel.strategy=ddp|fsdp2, run.device=auto|cpu|cuda; docs/scale.md)."""
+    Several processes: torchrun --nproc_per_node N -m seeupo train ... or accelerate launch -m seeupo train ... (parallel.strategy=ddp|fsdp2, run.device=auto|cpu|cuda; docs/scale.md)."""  # noqa: E501 (one line a paragraph: the help wraps it)
     from seeupo.train import checkpoint as ckpt
     from seeupo.train.trainer import NonFiniteStop, RunInterrupted
 
