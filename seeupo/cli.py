@@ -410,6 +410,97 @@ def summarize(
         out.write_text(_json.dumps({"runs": found, "per_algorithm": agg}, indent=1))
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    experiment: str = typer.Argument(..., help="a shipped experiment (configs/experiments/NAME.yaml) or a YAML file"),
+    out: Path = typer.Option(..., "--out", help="the sweep folder: study.db, trials/ARM/seed-S, results.json, report.md"),
+    quick: bool = typer.Option(False, "--quick", help="the experiment's quick mode (fewer seeds, shorter runs)"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="parallel trial processes (default: CPU cores / --trial-threads)"),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL shared by workers on several machines (default: sqlite:///OUT/study.db)"),
+    trial_threads: int = typer.Option(1, "--trial-threads", min=1, help="CPU threads per trial (fixed, so results do not depend on --workers)"),
+    max_retries: int = typer.Option(2, "--max-retries", min=0, help="times a failed trial is queued again"),
+) -> None:
+    """Run an experiment's trials (every arm x seed, each an ordinary run folder) on an Optuna study,
+    then write its report. Re-running skips finished trials, resumes interrupted ones, retries failed
+    ones; optuna-dashboard sqlite:///OUT/study.db shows it live (docs/experiments.md)."""
+    import json as _json
+
+    from seeupo.sweep.engine import SweepSpec, sweep
+    from seeupo.sweep.experiment import load_experiment
+    from seeupo.train.config import ConfigError
+
+    try:
+        exp = load_experiment(experiment)
+        exp.validate_arms(quick)
+    except ConfigError as e:
+        fail(str(e))
+    workers = workers or max(1, _cores() // trial_threads)
+    spec = SweepSpec(exp, out, quick, storage=storage, workers=workers, trial_threads=trial_threads,
+                     max_retries=max_retries)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"experiment": exp.model_dump(), "quick": quick,
+            "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}
+    (out / "sweep.json").write_text(_json.dumps(meta, indent=1))
+    grid = spec.grid()
+    console.print(f"[bold]seeupo sweep[/] {exp.name}{' (quick)' if quick else ''}: {len(exp.arms)} arms x "
+                  f"{len(grid) // max(len(exp.arms), 1)} seeds = {len(grid)} trials, {workers} worker(s) x "
+                  f"{trial_threads} thread(s); study {spec.url}")
+    start = time.perf_counter()
+    done = [0]
+
+    def on_trial(arm, seed, value, seconds):
+        done[0] += 1
+        what = f"{exp.metric} {value:.3f}" if value is not None else "[failed: see its train.log]"
+        console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {done[0]} this run",
+                      markup=False, highlight=False)
+
+    try:
+        counts = sweep(spec, on_trial=on_trial)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted; run the same command again to continue ({out})", style="yellow", markup=False)
+        raise typer.Exit(130)
+    console.print(f"{counts['done']}/{len(grid)} trials finished ({counts['given_up']} given up after "
+                  f"{max_retries} retries) in {time.perf_counter() - start:.0f} s")
+    _report(out)
+    if counts["given_up"] or counts["done"] < len(grid):
+        raise typer.Exit(1)
+
+
+def _report(out: Path) -> None:
+    import json as _json
+
+    from seeupo.sweep.report import results, write
+
+    meta_path = out / "sweep.json"
+    if not meta_path.exists():
+        fail(f"{out} is not a sweep folder (no sweep.json); give the --out of a `seeupo sweep`")
+    meta = _json.loads(meta_path.read_text())
+    exp = meta["experiment"]
+    res = results(out, experiment=exp["name"], metric=exp["metric"], reference=exp["reference"],
+                  arms_order=list(exp["arms"]))
+    paths = write(out, res, title=f"{exp['name']}{' (quick)' if meta['quick'] else ''}: {exp['description']}",
+                  command=meta["command"])
+    t = Table(title=f"{exp['name']}: held-out {exp['metric']} after RL (bootstrap 95% CI over seeds)")
+    for c in ("arm", "seeds", "mean", "95% CI", "gain", f"diff vs {exp['reference']}", "95% CI", "collapses"):
+        t.add_column(c)
+    for a in res["arms"]:
+        t.add_row(a["name"], str(a["n"]), f"{a['mean']:.3f}", f"[{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]",
+                  f"{a['gain_mean']:+.3f}", f"{a['diff_vs_reference']:+.3f}",
+                  f"[{a['diff_ci95'][0]:+.3f}, {a['diff_ci95'][1]:+.3f}]", str(a["collapses"]))
+    console.print(t)
+    console.print(f"wrote {paths['json']}, {paths['md']} and {len(paths) - 2} plot(s)")
+
+
+@app.command("report")
+def report_cmd(out: Path = typer.Argument(..., help="a sweep folder")) -> None:
+    """(Re)write a sweep's results.json, report.md and plots from its trial folders."""
+    _report(out)
+
+
 SETUPS = {
     # name: (pip arguments, import check, why it is not a plain extra)
     "bfcl": (["--no-deps", "bfcl-eval=={bfcl}", "mpmath"], "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",

@@ -1,0 +1,264 @@
+"""``seeupo sweep``: the trials of an experiment (every arm x seed) on an Optuna study.
+
+Optuna is the engine: the study (a SQLite file ``DIR/study.db`` by default, or any database URL
+that several machines share) holds one trial per (arm, seed) with its state and metric; each grid
+point is put on the study's queue (``enqueue_trial``) and workers take trials with ``ask`` and
+report with ``tell``, so any number of worker processes, here or on other machines, share the work
+(``optuna-dashboard sqlite:///DIR/study.db`` shows it live). Optuna's ``GridSampler`` is not used:
+it counts a failed grid point as visited and, once every point has started, hands out running ones
+again, which would run one folder twice; the queue gives each point to one worker.
+
+Each trial is an ordinary run folder, ``DIR/trials/ARM/seed-S`` (the files of ``seeupo train``,
+plus ``train.log``), trained by ``seeupo train`` in a child process with ``--trial-threads`` CPU
+threads (default 1, so a trial's result depends only on its config and seed, not on the worker
+count). Re-running the command skips finished trials (their ``summary.json``), resumes interrupted
+ones from their checkpoints, and re-queues failed ones up to ``max_retries`` times.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from seeupo.sweep.experiment import Experiment
+
+KEY = "key"  # a trial's user attribute: "ARM/seed-S"
+
+
+@dataclass
+class SweepSpec:
+    exp: Experiment
+    out: Path
+    quick: bool
+    storage: str | None = None
+    workers: int = 1
+    trial_threads: int = 1
+    max_retries: int = 2
+
+    @property
+    def url(self) -> str:
+        return self.storage or f"sqlite:///{(self.out / 'study.db').resolve()}"
+
+    @property
+    def study_name(self) -> str:
+        return f"{self.exp.name}{'-quick' if self.quick else ''}"
+
+    def grid(self) -> list[tuple[str, int]]:
+        seeds, arms = self.exp.plan(self.quick)
+        return [(arm, s) for arm in arms for s in seeds]
+
+    def folder(self, arm: str, seed: int) -> Path:
+        return self.out / "trials" / arm / f"seed-{seed}"
+
+
+def _key(arm: str, seed: int) -> str:
+    return f"{arm}/seed-{seed}"
+
+
+def _study(spec: SweepSpec):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
+                                         if spec.url.startswith("sqlite") else None)
+    return optuna.create_study(study_name=spec.study_name, storage=storage, direction="maximize",
+                               load_if_exists=True)
+
+
+def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
+    """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
+    left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
+    another machine's, so they are left alone). Returns counts: done, queued, given_up."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study = _study(spec)
+    trials = study.get_trials(deepcopy=False)
+    if owner:
+        for t in trials:
+            if t.state == TrialState.RUNNING:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        trials = study.get_trials(deepcopy=False)
+    by_key: dict[str, list] = {}
+    for t in trials:
+        if KEY in t.user_attrs:
+            by_key.setdefault(t.user_attrs[KEY], []).append(t)
+    counts = {"done": 0, "queued": 0, "given_up": 0}
+    for arm, seed in spec.grid():
+        ts = by_key.get(_key(arm, seed), [])
+        states = [t.state for t in ts]
+        if TrialState.COMPLETE in states:
+            counts["done"] += 1
+        elif TrialState.WAITING in states or TrialState.RUNNING in states:
+            counts["queued"] += 1
+        elif states.count(TrialState.FAIL) > spec.max_retries:
+            counts["given_up"] += 1
+        else:
+            study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
+                                skip_if_exists=False)
+            counts["queued"] += 1
+    del optuna
+    return counts
+
+
+class TrialFailed(RuntimeError):
+    pass
+
+
+def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
+    """Train (or resume, or just read) the run folder of (arm, seed); returns the experiment's metric
+    of its held-out evaluation after RL."""
+    import json
+
+    folder = spec.folder(arm, seed)
+    summary = folder / "summary.json"
+    if not summary.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        _, arms = spec.exp.plan(spec.quick)
+        cmd = [sys.executable, "-m", "seeupo", "train", "--out", str(folder)]
+        if (folder / "config.yaml").exists():
+            cmd.append("--resume")  # from its checkpoint, or afresh when it had none
+        else:
+            cmd += ["--preset", spec.exp.base, "--seed", str(seed), *arms[arm]]
+        env = {**os.environ, "OMP_NUM_THREADS": str(spec.trial_threads), "MKL_NUM_THREADS": str(spec.trial_threads),
+               "SEEUPO_PROGRESS_SECONDS": "60"}
+        with open(folder / "train.log", "a") as log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            # its own session: a Ctrl-C at the terminal reaches the run once, through us, not twice
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt:  # the sweep is stopping: the run checkpoints and exits
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+                raise
+        if rc != 0 or not summary.exists():
+            raise TrialFailed(f"{_key(arm, seed)}: seeupo train exited {rc}; see {folder / 'train.log'}")
+    return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
+
+
+def _lock(folder: Path):
+    """An exclusive lock on a trial folder (None when another process holds it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / ".lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def work(spec: SweepSpec, on_trial=None) -> None:
+    """One worker: take queued trials until none is left."""
+    from optuna.trial import TrialState
+
+    study = _study(spec)
+    while True:
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        trial = study.ask()
+        fixed = trial._cached_frozen_trial.system_attrs.get("fixed_params")
+        if not fixed:  # another worker took the last queued trial first
+            study.tell(trial, state=TrialState.PRUNED)
+            study._storage.set_trial_user_attr(trial._trial_id, "spare", True)
+            continue
+        seeds, arms = spec.exp.plan(spec.quick)
+        arm = trial.suggest_categorical("arm", list(arms))  # the queued values (fixed params)
+        seed = trial.suggest_categorical("seed", seeds)
+        lock = _lock(spec.folder(arm, seed))
+        if lock is None:  # already being trained elsewhere
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        start = time.perf_counter()
+        try:
+            value = run_trial(spec, arm, seed)
+        except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
+            study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
+            study.tell(trial, state=TrialState.FAIL)
+            if on_trial:
+                on_trial(arm, seed, None, time.perf_counter() - start)
+            continue
+        finally:
+            lock.close()
+        study.tell(trial, value)
+        if on_trial:
+            on_trial(arm, seed, value, time.perf_counter() - start)
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def _worker_main(spec: SweepSpec, queue) -> None:
+    signal.signal(signal.SIGTERM, _interrupt)  # the sweep stops its workers with SIGTERM
+    try:
+        work(spec, on_trial=lambda *a: queue.put(a))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        queue.put(None)
+
+
+def sweep(spec: SweepSpec, on_trial=None, say=print) -> dict:
+    """Queue what is missing and run it with ``spec.workers`` processes; returns prepare()'s counts
+    from before the run and after it."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    spec.exp.validate_arms(spec.quick)
+    old_term = signal.signal(signal.SIGTERM, _interrupt) if _main_thread() else None
+    try:
+        return _sweep(spec, on_trial)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _sweep(spec: SweepSpec, on_trial) -> dict:
+    before = prepare(spec, owner=spec.storage is None)
+    for _ in range(spec.max_retries + 1):  # a failed trial is queued again by the next prepare()
+        if not before["queued"]:
+            break
+        if spec.workers <= 1:
+            work(spec, on_trial)
+        else:
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            procs = [ctx.Process(target=_worker_main, args=(spec, queue)) for _ in range(spec.workers)]
+            for p in procs:
+                p.start()
+            alive = len(procs)
+            try:
+                while alive:
+                    item = queue.get()
+                    if item is None:
+                        alive -= 1
+                    elif on_trial:
+                        on_trial(*item)
+            except KeyboardInterrupt:  # stop the workers; each stops its run at a safe point
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    p.join()
+                raise
+            for p in procs:
+                p.join()
+        after = prepare(spec, owner=spec.storage is None)
+        if after["queued"] == 0 or after == before:
+            before = after
+            break
+        before = after
+    return before

@@ -1,0 +1,185 @@
+"""``seeupo report DIR``: the results of a sweep's trials, with bootstrap confidence intervals.
+
+Writes ``DIR/results.json``, ``DIR/report.md`` and PNGs (learning curves, the metric per arm with its
+CI, per-turn diagnostics). Per arm: seeds finished, the held-out metric after RL (mean and a
+bootstrap 95% CI over seeds), the gain over before RL, the difference from the reference arm (paired
+by seed where both have it, with its bootstrap CI), collapses (``collapse.detect_collapse``), the
+measured optimizer steps per iteration, and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from seeupo.sweep.collapse import detect_collapse
+from seeupo.train.runlog import dumps, read_metrics
+
+N_BOOT = 10_000
+
+
+def bootstrap_ci(xs: list[float], *, n: int = N_BOOT, seed: int = 0, level: float = 0.95) -> list[float]:
+    """Percentile bootstrap CI of the mean of ``xs`` (resampled with replacement ``n`` times, seeded).
+    One value: [x, x]; none: [nan, nan].
+
+    >>> bootstrap_ci([1.0, 1.0, 1.0])
+    [1.0, 1.0]
+    """
+    if not xs:
+        return [float("nan"), float("nan")]
+    rng = random.Random(seed)
+    k = len(xs)
+    means = sorted(sum(xs[rng.randrange(k)] for _ in range(k)) / k for _ in range(n))
+    lo = means[int((1 - level) / 2 * n)]
+    hi = means[min(n - 1, int((1 + level) / 2 * n))]
+    return [lo, hi]
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def collect(out: Path) -> dict[str, dict[int, dict]]:
+    """Finished trials: ``{arm: {seed: {"summary": ..., "records": ...}}}`` from ``out/trials``."""
+    res: dict[str, dict[int, dict]] = {}
+    for summary in sorted((out / "trials").glob("*/seed-*/summary.json")):
+        folder = summary.parent
+        arm, seed = folder.parent.name, int(folder.name.split("-", 1)[1])
+        res.setdefault(arm, {})[seed] = {"summary": json.loads(summary.read_text()),
+                                         "records": read_metrics(folder), "folder": str(folder)}
+    return res
+
+
+def results(out: Path, *, experiment: str, metric: str, reference: str, arms_order: list[str]) -> dict:
+    """The results.json tree (see the module docstring)."""
+    trials = collect(out)
+    ref = {s: t["summary"]["eval_after"][metric] for s, t in trials.get(reference, {}).items()}
+    arms = []
+    for arm in [a for a in arms_order if a in trials] + sorted(set(trials) - set(arms_order)):
+        ts = trials[arm]
+        seeds = sorted(ts)
+        after = [ts[s]["summary"]["eval_after"][metric] for s in seeds]
+        before = [ts[s]["summary"]["eval_before"][metric] for s in seeds]
+        paired = [ts[s]["summary"]["eval_after"][metric] - ref[s] for s in seeds if s in ref]
+        collapses = {s: detect_collapse(ts[s]["records"]) for s in seeds}
+        steps = [ts[s]["summary"].get("schedule", {}).get("optimizer_steps_per_iteration") for s in seeds]
+        steps = [x for x in steps if x is not None]
+        arms.append({
+            "name": arm, "n": len(seeds), "seeds": seeds,
+            "mean": _mean(after), "ci95": bootstrap_ci(after),
+            "gain_mean": _mean([a - b for a, b in zip(after, before)]),
+            "gain_ci95": bootstrap_ci([a - b for a, b in zip(after, before)]),
+            "before_mean": _mean(before),
+            "diff_vs_reference": _mean(paired) if arm != reference else 0.0,
+            "diff_ci95": bootstrap_ci(paired) if arm != reference else [0.0, 0.0],
+            "diff_pairs": len(paired),
+            "collapses": sum(c is not None for c in collapses.values()),
+            "collapse_reasons": {str(s): c for s, c in collapses.items() if c is not None},
+            "optimizer_steps_per_iteration": _mean(steps),
+            "wall_s": sum(ts[s]["summary"]["wall_seconds"] for s in seeds),
+            "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
+                                  "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
+        })
+    return {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
+
+
+def _fmt_ci(ci) -> str:
+    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci[0] == ci[0] else "n/a"
+
+
+def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[str, Path]:
+    """results.json, report.md and the plots."""
+    paths = {"json": out / "results.json", "md": out / "report.md"}
+    paths["json"].write_text(dumps(res, indent=1) + "\n")
+    plots = _plots(out, res)
+    m = res["metric"]
+    lines = [f"# {title or res['experiment']}", ""]
+    if command:
+        lines += [f"Made by `{command}`.", ""]
+    lines += [f"Held-out {m} after RL per arm, mean over seeds with a bootstrap 95% CI ({N_BOOT} resamples); "
+              f"the difference from `{res['reference']}` is paired by seed.", "",
+              f"| arm | seeds | {m} after | 95% CI | gain over before RL | diff vs {res['reference']} | 95% CI | "
+              "collapses | optimizer steps / iteration | wall (min, all seeds) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for a in res["arms"]:
+        lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
+                     f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
+                     f"{a['optimizer_steps_per_iteration']:.1f} | {a['wall_s'] / 60:.1f} |")
+    lines += [""] + [f"![{k}]({p.name})" for k, p in plots.items()]
+    reasons = [(a["name"], s, c) for a in res["arms"] for s, c in a["collapse_reasons"].items()]
+    if reasons:
+        lines += ["", "Collapses (docs/experiments.md defines them):", ""]
+        lines += [f"- {arm}, seed {s}: {c['reason']} from iteration {c['iteration']}" for arm, s, c in reasons]
+    paths["md"].write_text("\n".join(lines) + "\n")
+    return {**paths, **plots}
+
+
+def _plots(out: Path, res: dict) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trials = collect(out)
+    paths = {}
+    names = [a["name"] for a in res["arms"]]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(names), 3.6))
+    for i, a in enumerate(res["arms"]):
+        lo, hi = a["ci95"]
+        ax.errorbar([i], [a["mean"]], yerr=[[a["mean"] - lo], [hi - a["mean"]]], fmt="o", capsize=4)
+        ax.scatter([i] * a["n"], [v["after"] for v in a["per_seed"].values()], s=10, alpha=0.4, color="gray")
+    ax.set_xticks(range(len(names)), names, rotation=20)
+    ax.set_ylabel(f"held-out {res['metric']} after RL")
+    ax.set_title(f"{res['experiment']}: mean, 95% CI, seeds")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths["arms"] = out / "arms.png"
+    fig.savefig(paths["arms"], dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for key, ax, label in (("success_rate", axes[0], "training success"), ("entropy", axes[1], "entropy"),
+                           ("tool/error_rate", axes[2], "tool-call error rate")):
+        for arm in names:
+            curves = [[r.get(key) for r in t["records"] if "reward_mean" in r] for t in trials.get(arm, {}).values()]
+            curves = [[float("nan") if v is None else v for v in c] for c in curves if c]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            mean = [sum(c[i] for c in curves) / len(curves) for i in range(n)]
+            lo = [min(c[i] for c in curves) for i in range(n)]
+            hi = [max(c[i] for c in curves) for i in range(n)]
+            ax.plot(range(n), mean, label=arm)
+            ax.fill_between(range(n), lo, hi, alpha=0.15)
+        ax.set_title(f"{label} (mean, band: min-max over seeds)", fontsize=9)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    paths["curves"] = out / "curves.png"
+    fig.savefig(paths["curves"], dpi=100)
+    plt.close(fig)
+
+    turns = sorted({t for arm in trials.values() for tr in arm.values() for r in tr["records"]
+                    for t in r.get("turn", {})}, key=int)
+    if turns:
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        width = 0.8 / max(len(names), 1)
+        for j, arm in enumerate(names):
+            vals = []
+            for t in turns:
+                xs = [r["turn"][t].get("adv_x_factor_mean") for tr in trials.get(arm, {}).values()
+                      for r in tr["records"] if t in r.get("turn", {})]
+                xs = [x for x in xs if x is not None]
+                vals.append(_mean(xs))
+            ax.bar([k + j * width for k in range(len(turns))], vals, width, label=arm)
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(turns))], [f"turn {t}" for t in turns])
+        ax.set_title("mean advantage x factor per turn (all iterations, all seeds)", fontsize=9)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths["turns"] = out / "turns.png"
+        fig.savefig(paths["turns"], dpi=100)
+        plt.close(fig)
+    return paths

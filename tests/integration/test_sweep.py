@@ -1,0 +1,92 @@
+"""``seeupo sweep`` on a small grid: the same trials with 1 or 2 workers, a re-run that only reads,
+bounded retries of a failing trial, a killed sweep that resumes its interrupted trial."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seeupo.sweep.engine import SweepSpec, sweep
+from seeupo.sweep.experiment import load_experiment
+from seeupo.sweep.report import results, write
+
+SMALL = ["warmup.episodes=16", "warmup.epochs=1", "eval.tasks=2", "eval.k=2", "rollout.tasks_per_iteration=2",
+         "rollout.group_size=2", "run.loggers=[jsonl]", "run.iterations=2"]
+
+
+def _experiment(tmp_path: Path, arms: dict, seeds=(0, 1), overrides=SMALL, name="mini") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"description": "test", "base": "tiny", "reference": next(iter(arms)),
+                                    "seeds": list(seeds), "overrides": list(overrides), "arms": arms}))
+    return path
+
+
+def _train_lines(folder: Path) -> list[dict]:
+    out = []
+    for line in (folder / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out.append({k: v for k, v in r.items() if not k.startswith("time/")})
+    return out
+
+
+def test_one_or_two_workers_give_the_same_trials_and_a_rerun_only_reads(tmp_path):
+    exp = load_experiment(str(_experiment(tmp_path, {"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"]})))
+    seen = []
+    one = SweepSpec(exp, tmp_path / "one", quick=False, workers=1)
+    two = SweepSpec(exp, tmp_path / "two", quick=False, workers=2)
+    assert sweep(one, on_trial=lambda *a: seen.append(a))["done"] == 4 and len(seen) == 4
+    assert sweep(two)["done"] == 4
+    for arm, seed in one.grid():
+        assert _train_lines(one.folder(arm, seed)) == _train_lines(two.folder(arm, seed)), (arm, seed)
+    res = results(one.out, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"])
+    write(one.out, res)
+    first = (one.out / "results.json").read_text()
+    assert [a["n"] for a in res["arms"]] == [2, 2] and (one.out / "report.md").exists()
+    seen.clear()
+    start = time.perf_counter()
+    assert sweep(one, on_trial=lambda *a: seen.append(a))["done"] == 4
+    assert seen == [] and time.perf_counter() - start < 10  # nothing trained again
+    write(one.out, results(one.out, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"]))
+    assert (one.out / "results.json").read_text() == first
+
+
+def test_a_failing_trial_is_retried_a_bounded_number_of_times(tmp_path):
+    exp = load_experiment(str(_experiment(tmp_path, {"ok": [], "bad": ["model.name=/nonexistent/model"]}, seeds=[0])))
+    spec = SweepSpec(exp, tmp_path / "out", quick=False, workers=1, max_retries=1)
+    counts = sweep(spec)
+    assert counts == {"done": 1, "queued": 0, "given_up": 1}
+    log = (spec.folder("bad", 0) / "train.log").read_text()
+    assert log.count("$ ") == 2 and "no such folder" in log  # the first try and one retry
+
+
+def test_a_killed_sweep_resumes_its_interrupted_trial(tmp_path):
+    path = _experiment(tmp_path, {"a": []}, seeds=[0], overrides=[*SMALL[:-1], "run.iterations=60",
+                                                                   "run.checkpoint_every=0"])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "seeupo", "sweep", str(path), "--out", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "trials" / "a" / "seed-0" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and any("reward_mean" in json.loads(x) for x in metrics.read_text().splitlines()
+                                    if x.endswith("}")):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, text
+    log = (metrics.parent / "train.log").read_text()
+    assert "stopped at a safe point; checkpoint" in log  # the run got one SIGTERM and checkpointed
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (metrics.parent / "train.log").read_text()
+    commands = [x for x in log.splitlines() if x.startswith("$ ")]
+    assert len(commands) == 2 and "--resume" not in commands[0] and "--resume" in commands[1]
+    assert [r["iteration"] for r in _train_lines(metrics.parent) if "reward_mean" in r] == list(range(60))
+    assert json.loads((out / "results.json").read_text())["arms"][0]["n"] == 1

@@ -1,0 +1,66 @@
+"""The collapse detector on constructed metric streams, and the bootstrap CI against the exact
+bootstrap distribution (every resample enumerated)."""
+
+import itertools
+
+import pytest
+
+from seeupo.sweep.collapse import CollapseRule, detect_collapse
+from seeupo.sweep.report import bootstrap_ci
+
+
+def stream(success, entropy=None, errors=None):
+    n = len(success)
+    entropy = entropy or [1.0] * n
+    errors = errors or [0.0] * n
+    return [{"iteration": i, "reward_mean": 0.0, "success_rate": s, "entropy": e, "tool/error_rate": t}
+            for i, (s, e, t) in enumerate(zip(success, entropy, errors))]
+
+
+def test_a_rising_run_is_healthy():
+    assert detect_collapse(stream([i / 20 for i in range(20)])) is None
+
+
+def test_success_that_falls_and_stays_down_is_a_collapse():
+    c = detect_collapse(stream([0.6] * 10 + [0.05] * 10))
+    assert c["reason"] == "success" and 10 <= c["iteration"] <= 12  # the smoothed curve crosses there
+
+
+def test_a_dip_that_recovers_is_not_a_collapse():
+    assert detect_collapse(stream([0.6] * 8 + [0.05] * 6 + [0.6] * 6)) is None
+
+
+def test_a_short_fall_at_the_end_is_not_yet_a_collapse():
+    assert detect_collapse(stream([0.6] * 16 + [0.0] * 3)) is None  # patience 5
+
+
+def test_a_low_best_never_collapses():
+    assert detect_collapse(stream([0.1] * 5 + [0.0] * 15)) is None  # best below min_best
+
+
+def test_entropy_floor_and_format_collapse():
+    c = detect_collapse(stream([0.5] * 12, entropy=[1.0] * 4 + [0.01] * 8))
+    assert c == {"reason": "entropy", "iteration": 4}
+    c = detect_collapse(stream([0.5] * 12, errors=[0.1] * 6 + [0.8] * 6))
+    assert c == {"reason": "format", "iteration": 6}
+    assert detect_collapse(stream([0.5] * 12, errors=[0.8, 0.1] * 6)) is None  # never 5 in a row
+    assert detect_collapse(stream([0.5] * 12, errors=[0.1] * 6 + [0.8] * 6), CollapseRule(patience=7)) is None
+
+
+def test_null_values_do_not_count_as_collapse():
+    rs = stream([0.5] * 10)
+    for r in rs:
+        r["entropy"] = None  # a non-finite value written as null
+    assert detect_collapse(rs) is None
+
+
+@pytest.mark.parametrize("xs", [[0.0, 0.25, 1.0], [0.1, 0.5, 0.5, 0.9]])
+def test_bootstrap_ci_matches_the_exact_bootstrap_distribution(xs):
+    k = len(xs)
+    means = sorted(sum(c) / k for c in itertools.product(xs, repeat=k))  # every resample, equally likely
+    exact = [means[int(0.025 * len(means))], means[min(len(means) - 1, int(0.975 * len(means)))]]
+    lo, hi = bootstrap_ci(xs, n=20000)
+    step = (max(xs) - min(xs)) / k  # the resample means' grid
+    assert abs(lo - exact[0]) <= step and abs(hi - exact[1]) <= step
+    assert bootstrap_ci(xs) == bootstrap_ci(xs)  # seeded
+    assert bootstrap_ci([0.4]) == [0.4, 0.4]
