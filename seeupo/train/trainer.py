@@ -662,7 +662,8 @@ class _Signals:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
-                self.old[s] = signal.signal(s, self._handle)
+                if signal.getsignal(s) is not signal.SIG_IGN:  # an ignored signal stays ignored (background jobs)
+                    self.old[s] = signal.signal(s, self._handle)
         return self
 
     def _handle(self, signum, frame):

@@ -110,6 +110,7 @@ def _hook(monkeypatch, point: str):
 def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch, uninterrupted, point):
     ref_dir, ref = uninterrupted
     cfg = load_config("tiny", [*SMALL, f"run.out={tmp_path}"])
+    before = signal.getsignal(signal.SIGTERM)
     with monkeypatch.context() as m:
         _hook(m, point)
         with pytest.raises(RunInterrupted) as info:
@@ -120,7 +121,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch,
     # an update after it (2), a save at the next iteration's start (1)
     assert e.iteration == {"warmup": 0, "eval": 0, "rollout": 1, "update": 2, "save": 1}[point]
     assert (e.checkpoint is None) == (point == "warmup")  # the warm-up has nothing to checkpoint yet
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run's handler is gone
+    assert signal.getsignal(signal.SIGTERM) is before  # the run's handler is gone
     assert not list((tmp_path / "checkpoints").glob(".tmp-*")) if (tmp_path / "checkpoints").exists() else True
     calls = []
     orig = trainer_mod.warmup
@@ -162,14 +163,30 @@ def test_cli_sigterm_checkpoints_and_says_how_to_resume(tmp_path):
 
 
 def test_second_signal_exits_at_once():
-    sig = trainer_mod._Signals(lambda m: None)
-    with sig:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert sig.signum == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # SIG_IGN when the suite runs in the background
+    try:
+        sig = trainer_mod._Signals(lambda m: None)
+        with sig:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # the handler raises here
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            assert sig.signum == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler raises here
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_an_ignored_signal_stays_ignored():
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a shell's background job
+    try:
+        with trainer_mod._Signals(lambda m: None) as sig:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            assert sig.signum is None
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def test_killed_checkpoint_write_leaves_the_previous_one(tmp_path):
