@@ -45,6 +45,7 @@ class Episode:
     prefix_mismatches: int = 0
     error: str = ""  # the exception text when an environment call failed or timed out
     extra_calls: int = 0  # tool calls beyond the one a turn acts on (envs report info["extra_calls"])
+    counts: dict = field(default_factory=dict)  # an environment's own counters (info["count/NAME"])
 
     @property
     def faulted(self) -> bool:

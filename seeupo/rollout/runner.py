@@ -150,6 +150,9 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             ep.step_rewards.append(float(res.reward))
             ep.tool_errors += min(1, int(res.info.get("tool_error", 0)))  # per turn: at most one
             ep.extra_calls += max(0, int(res.info.get("extra_calls", 0)))
+            for k, v in res.info.items():  # an environment's own counters ("count/NAME")
+                if k.startswith("count/"):
+                    ep.counts[k[6:]] = ep.counts.get(k[6:], 0) + v
             if res.done:
                 ep.end_reason = "done"
                 continue

@@ -36,6 +36,14 @@ def bootstrap_ci(xs: list[float], *, n: int = N_BOOT, seed: int = 0, level: floa
     return [lo, hi]
 
 
+def ended_in_trap(records: list[dict], last: int = 5) -> bool:
+    """On the ``trap`` family: whether most episodes of the run's last ``last`` training iterations
+    took the guess (the trap) rather than the vault."""
+    xs = [r["env/guess"] for r in records if "reward_mean" in r and r.get("env/guess") is not None][-last:]
+    ys = [r.get("env/vault") or 0.0 for r in records if "reward_mean" in r and r.get("env/guess") is not None][-last:]
+    return bool(xs) and sum(xs) > sum(ys)
+
+
 def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -63,6 +71,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
         before = [ts[s]["summary"]["eval_before"][metric] for s in seeds]
         paired = [ts[s]["summary"]["eval_after"][metric] - ref[s] for s in seeds if s in ref]
         collapses = {s: detect_collapse(ts[s]["records"]) for s in seeds}
+        trapped = [s for s in seeds if ended_in_trap(ts[s]["records"])]
         steps = [ts[s]["summary"].get("schedule", {}).get("optimizer_steps_per_iteration") for s in seeds]
         steps = [x for x in steps if x is not None]
         arms.append({
@@ -76,6 +85,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
             "diff_pairs": len(paired),
             "collapses": sum(c is not None for c in collapses.values()),
             "collapse_reasons": {str(s): c for s, c in collapses.items() if c is not None},
+            "trapped": len(trapped) if any("env/guess" in r for s in seeds for r in ts[s]["records"]) else None,
             "optimizer_steps_per_iteration": _mean(steps),
             "wall_s": sum(ts[s]["summary"]["wall_seconds"] for s in seeds),
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
@@ -106,6 +116,10 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['wall_s'] / 60:.1f} |")
+    trapped = [(a["name"], a["trapped"]) for a in res["arms"] if a.get("trapped") is not None]
+    if trapped:
+        lines += ["", "Runs that ended in the trap (most of their last 5 iterations' episodes guessed): "
+                  + ", ".join(f"{n} {t}" for n, t in trapped) + "."]
     lines += [""] + [f"![{k}]({p.name})" for k, p in plots.items()]
     reasons = [(a["name"], s, c) for a in res["arms"] for s, c in a["collapse_reasons"].items()]
     if reasons:

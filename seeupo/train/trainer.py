@@ -55,7 +55,7 @@ class EvalResult:
         return out
 
 
-def episode_stats(episodes: list[Episode], threshold: float) -> dict:
+def episode_stats(episodes: list[Episode], threshold: float, counters=()) -> dict:
     """Per-episode means and per-turn rates (``tool/error_rate``: turns with a tool-call error per
     turn, at most 1; ``tool/extra_calls``: calls beyond the one a turn acts on, per turn)."""
     n = max(len(episodes), 1)
@@ -72,6 +72,8 @@ def episode_stats(episodes: list[Episode], threshold: float) -> dict:
         "rollout/truncated_turns": sum(e.truncated_turns for e in episodes),
         "rollout/prefix_mismatches": sum(e.prefix_mismatches for e in episodes),
     }
+    for name in sorted({*counters, *(k for e in episodes for k in e.counts)}):  # environment counters, per episode
+        m[f"env/{name}"] = sum(e.counts.get(name, 0) for e in episodes) / n
     for reason in ("done", "max_turns", "context", "error", "timeout"):
         m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
     return m
@@ -346,7 +348,7 @@ class Trainer:
         phases and optimizer steps); returns the iteration's record without timings. Episodes that
         their environment ended (a crash or a timeout) are counted and left out of the loss and the
         group baselines: they say nothing about the policy."""
-        stats = episode_stats(episodes, self.cfg.eval.threshold)
+        stats = episode_stats(episodes, self.cfg.eval.threshold, getattr(self.family, "counters", ()))
         faulted = [e for e in episodes if e.faulted]
         for e in faulted[:3]:
             self._say(f"[yellow]iteration {it}: episode of task {e.task_id} ended by its environment "

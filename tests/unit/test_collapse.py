@@ -64,3 +64,13 @@ def test_bootstrap_ci_matches_the_exact_bootstrap_distribution(xs):
     assert abs(lo - exact[0]) <= step and abs(hi - exact[1]) <= step
     assert bootstrap_ci(xs) == bootstrap_ci(xs)  # seeded
     assert bootstrap_ci([0.4]) == [0.4, 0.4]
+
+
+def test_a_run_ends_in_the_trap_when_its_last_iterations_mostly_guess():
+    from seeupo.sweep.report import ended_in_trap
+
+    def rs(guess):
+        return [{"reward_mean": 0, "env/guess": g, "env/vault": 1 - g} for g in guess]
+    assert ended_in_trap(rs([0.1] * 10 + [0.9] * 5))
+    assert not ended_in_trap(rs([0.9] * 10 + [0.2] * 5))
+    assert not ended_in_trap([{"reward_mean": 0}] * 5)  # not the trap family
