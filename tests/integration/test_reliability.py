@@ -301,6 +301,7 @@ def bad_files(tmp_path):
     (tmp_path / "broken.yaml").write_text("algo:\n  name: [seeupo\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "badexp.yaml").write_text("reference: a\nseeds: [0]\narms: {a: [algo.nmae=x]}\n")
     return tmp_path
 
 
@@ -320,6 +321,9 @@ BAD_INPUTS = {
     "sample of an empty folder": (["sample", "{d}/empty"], "not a run folder"),
     "unknown preset": (["train", "--preset", "nosuch"], "no preset"),
     "unknown algorithm": (["train", "--algo", "nosuch"], "not known"),
+    "unknown experiment": (["sweep", "nosuch", "--out", "{d}/sw"], "no experiment"),
+    "experiment arm with a bad key": (["sweep", "{d}/badexp.yaml", "--out", "{d}/sw"], "arm a"),
+    "report of an empty folder": (["report", "{d}/empty"], "not a sweep folder"),
 }
 
 
@@ -344,6 +348,7 @@ def test_bad_input_exits_2_with_one_line(case, bad_files, monkeypatch):
     assert len(lines) == 1 and needle in lines[0], (case, res.output)
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
     assert not (bad_files / "out").exists() and not (bad_files / "runs").exists()  # nothing written
+    assert not (bad_files / "sw").exists()
     assert time.perf_counter() - start < 30  # no model load, no retries
 
 
