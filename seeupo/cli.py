@@ -445,10 +445,14 @@ def sweep_cmd(
     meta = {"experiment": exp.model_dump(), "quick": quick,
             "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}
     (out / "sweep.json").write_text(_json.dumps(meta, indent=1))
-    grid = spec.grid()
-    console.print(f"[bold]seeupo sweep[/] {exp.name}{' (quick)' if quick else ''}: {len(exp.arms)} arms x "
-                  f"{len(grid) // max(len(exp.arms), 1)} seeds = {len(grid)} trials, {workers} worker(s) x "
-                  f"{trial_threads} thread(s); study {spec.url}")
+    seeds = exp.plan(quick)[0]
+    budget, tune_seeds, tuned = exp.tune_plan(quick)
+    n_arms = len(exp.arms) + len(tuned)
+    tuning = (f"; first {budget} tuning trials x {len(tune_seeds)} seed(s) for each of {', '.join(tuned)}"
+              if tuned else "")
+    console.print(f"[bold]seeupo sweep[/] {exp.name}{' (quick)' if quick else ''}: {n_arms} arms x {len(seeds)} seeds = "
+                  f"{n_arms * len(seeds)} trials{tuning}, {workers} worker(s) x {trial_threads} thread(s); "
+                  f"study {spec.url}")
     start = time.perf_counter()
     done = [0]
 
@@ -463,10 +467,10 @@ def sweep_cmd(
     except KeyboardInterrupt:
         err_console.print(f"interrupted; run the same command again to continue ({out})", style="yellow", markup=False)
         raise typer.Exit(130)
-    console.print(f"{counts['done']}/{len(grid)} trials finished ({counts['given_up']} given up after "
+    console.print(f"{counts['done']}/{n_arms * len(seeds)} trials finished ({counts['given_up']} given up after "
                   f"{max_retries} retries) in {time.perf_counter() - start:.0f} s")
     _report(out)
-    if counts["given_up"] or counts["done"] < len(grid):
+    if counts["given_up"] or counts["done"] < n_arms * len(seeds):
         raise typer.Exit(1)
 
 
@@ -481,7 +485,7 @@ def _report(out: Path) -> None:
     meta = _json.loads(meta_path.read_text())
     exp = meta["experiment"]
     res = results(out, experiment=exp["name"], metric=exp["metric"], reference=exp["reference"],
-                  arms_order=list(exp["arms"]))
+                  arms_order=[*exp["arms"], *((exp.get("tune") or {}).get("arms") or {})])
     paths = write(out, res, title=f"{exp['name']}{' (quick)' if meta['quick'] else ''}: {exp['description']}",
                   command=meta["command"])
     t = Table(title=f"{exp['name']}: held-out {exp['metric']} after RL (bootstrap 95% CI over seeds)")

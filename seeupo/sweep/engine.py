@@ -41,6 +41,11 @@ class SweepSpec:
     workers: int = 1
     trial_threads: int = 1
     max_retries: int = 2
+    tuned: dict | None = None  # tuned arm -> its best configuration's overrides (after tuning)
+
+    def arms(self) -> dict[str, list[str]]:
+        """Every arm's full override list: the fixed arms, then the tuned ones' best configurations."""
+        return {**self.exp.plan(self.quick)[1], **(self.tuned or {})}
 
     @property
     def url(self) -> str:
@@ -51,8 +56,8 @@ class SweepSpec:
         return f"{self.exp.name}{'-quick' if self.quick else ''}"
 
     def grid(self) -> list[tuple[str, int]]:
-        seeds, arms = self.exp.plan(self.quick)
-        return [(arm, s) for arm in arms for s in seeds]
+        seeds = self.exp.plan(self.quick)[0]
+        return [(arm, s) for arm in self.arms() for s in seeds]
 
     def folder(self, arm: str, seed: int) -> Path:
         return self.out / "trials" / arm / f"seed-{seed}"
@@ -115,18 +120,21 @@ class TrialFailed(RuntimeError):
 def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
     """Train (or resume, or just read) the run folder of (arm, seed); returns the experiment's metric
     of its held-out evaluation after RL."""
+    return run_folder(spec, spec.folder(arm, seed), spec.arms()[arm], seed)
+
+
+def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -> float:
+    """``seeupo train`` into ``folder`` (resumed when it holds a run) unless it is finished."""
     import json
 
-    folder = spec.folder(arm, seed)
     summary = folder / "summary.json"
     if not summary.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        _, arms = spec.exp.plan(spec.quick)
         cmd = [sys.executable, "-m", "seeupo", "train", "--out", str(folder)]
         if (folder / "config.yaml").exists():
             cmd.append("--resume")  # from its checkpoint, or afresh when it had none
         else:
-            cmd += ["--preset", spec.exp.base, "--seed", str(seed), *arms[arm]]
+            cmd += ["--preset", spec.exp.base, "--seed", str(seed), *overrides]
         env = {**os.environ, "OMP_NUM_THREADS": str(spec.trial_threads), "MKL_NUM_THREADS": str(spec.trial_threads),
                "SEEUPO_PROGRESS_SECONDS": "60"}
         with open(folder / "train.log", "a") as log:
@@ -141,7 +149,7 @@ def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
                 proc.wait()
                 raise
         if rc != 0 or not summary.exists():
-            raise TrialFailed(f"{_key(arm, seed)}: seeupo train exited {rc}; see {folder / 'train.log'}")
+            raise TrialFailed(f"{folder}: seeupo train exited {rc}; see {folder / 'train.log'}")
     return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
 
 
@@ -171,7 +179,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             study.tell(trial, state=TrialState.PRUNED)
             study._storage.set_trial_user_attr(trial._trial_id, "spare", True)
             continue
-        seeds, arms = spec.exp.plan(spec.quick)
+        seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
         arm = trial.suggest_categorical("arm", list(arms))  # the queued values (fixed params)
         seed = trial.suggest_categorical("seed", seeds)
         lock = _lock(spec.folder(arm, seed))
@@ -198,10 +206,127 @@ def _interrupt(*_):
     raise KeyboardInterrupt
 
 
-def _worker_main(spec: SweepSpec, queue) -> None:
+# ----------------------------------------------------------------------------- tuning
+def _tune_study(spec: SweepSpec, arm: str):
+    import optuna
+
+    from seeupo.data.episode import derive_seed
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
+                                         if spec.url.startswith("sqlite") else None)
+    sampler = optuna.samplers.TPESampler(seed=derive_seed(spec.exp.name, arm) % (2 ** 31), n_startup_trials=4)
+    return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=storage, sampler=sampler,
+                               direction="maximize", load_if_exists=True)
+
+
+def _params_key(params: dict) -> str:
+    import hashlib
+    import json
+
+    return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=5).hexdigest()
+
+
+def tune_work(spec: SweepSpec, on_trial=None) -> None:
+    """One worker of the tuning phase: TPE trials for each tuned arm until its budget is used. A
+    trial runs one folder per tuning seed, ``DIR/tune/ARM/<params hash>/seed-S`` (the same parameters
+    again reuse, or resume, the same folders)."""
+    from optuna.trial import TrialState
+
+    from seeupo.sweep.experiment import _yaml
+
+    budget, seeds, arms = spec.exp.tune_plan(spec.quick)
+    for arm, (overrides, space) in arms.items():
+        study = _tune_study(spec, arm)
+        while True:
+            trials = study.get_trials(deepcopy=False)
+            used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
+            failed = sum(t.state == TrialState.FAIL for t in trials)
+            if used >= budget or failed > spec.max_retries * budget:
+                break
+            trial = study.ask()
+            params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
+            folder = spec.out / "tune" / arm / _params_key(params)
+            lock = _lock(folder)
+            if lock is None:  # these parameters are being tried elsewhere
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            start = time.perf_counter()
+            try:
+                ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
+                value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
+            except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
+                study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
+                study.tell(trial, state=TrialState.FAIL)
+                value = None
+            finally:
+                lock.close()
+            if value is not None:
+                study.tell(trial, value)
+            if on_trial:
+                on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
+
+
+def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
+    """Each tuned arm's best trial: ``{arm: {"params", "value", "trials", "overrides"}}`` (arms without
+    a completed trial are left out)."""
+    from optuna.trial import TrialState
+
+    from seeupo.sweep.experiment import _yaml
+
+    out = {}
+    for arm, (overrides, _) in spec.exp.tune_plan(spec.quick)[2].items():
+        study = _tune_study(spec, arm)
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        if not done:
+            continue
+        best = max(done, key=lambda t: (t.value, -t.number))
+        out[arm] = {"params": best.params, "value": best.value, "trials": len(done),
+                    "overrides": [*overrides, *(f"{k}={_yaml(v)}" for k, v in best.params.items())]}
+    return out
+
+
+def _fail_running(spec: SweepSpec) -> None:
+    """Local storage: trials left RUNNING by a killed sweep become FAIL (tuning studies too)."""
+    from optuna.trial import TrialState
+
+    for arm in spec.exp.tune_plan(spec.quick)[2]:
+        study = _tune_study(spec, arm)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
+def _run_workers(spec: SweepSpec, target, on_trial) -> None:
+    if spec.workers <= 1:
+        target(spec, on_trial)
+        return
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(spec, queue, target)) for _ in range(spec.workers)]
+    for p in procs:
+        p.start()
+    alive = len(procs)
+    try:
+        while alive:
+            item = queue.get()
+            if item is None:
+                alive -= 1
+            elif on_trial:
+                on_trial(*item)
+    except KeyboardInterrupt:  # stop the workers; each stops its run at a safe point
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+        raise
+    for p in procs:
+        p.join()
+
+
+def _worker_main(spec: SweepSpec, queue, target=None) -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # the sweep stops its workers with SIGTERM
     try:
-        work(spec, on_trial=lambda *a: queue.put(a))
+        (target or work)(spec, lambda *a: queue.put(a))
     except KeyboardInterrupt:
         pass
     finally:
@@ -228,34 +353,20 @@ def _main_thread() -> bool:
 
 
 def _sweep(spec: SweepSpec, on_trial) -> dict:
+    import json
+
+    if spec.exp.tune:
+        if spec.storage is None:
+            _fail_running(spec)
+        _run_workers(spec, tune_work, on_trial)
+        best = tuned_arms(spec)
+        (spec.out / "tuned.json").write_text(json.dumps(best, indent=1))
+        spec.tuned = {arm: b["overrides"] for arm, b in best.items()}
     before = prepare(spec, owner=spec.storage is None)
     for _ in range(spec.max_retries + 1):  # a failed trial is queued again by the next prepare()
         if not before["queued"]:
             break
-        if spec.workers <= 1:
-            work(spec, on_trial)
-        else:
-            ctx = mp.get_context("spawn")
-            queue = ctx.Queue()
-            procs = [ctx.Process(target=_worker_main, args=(spec, queue)) for _ in range(spec.workers)]
-            for p in procs:
-                p.start()
-            alive = len(procs)
-            try:
-                while alive:
-                    item = queue.get()
-                    if item is None:
-                        alive -= 1
-                    elif on_trial:
-                        on_trial(*item)
-            except KeyboardInterrupt:  # stop the workers; each stops its run at a safe point
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    p.join()
-                raise
-            for p in procs:
-                p.join()
+        _run_workers(spec, work, on_trial)
         after = prepare(spec, owner=spec.storage is None)
         if after["queued"] == 0 or after == before:
             before = after

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -33,6 +33,29 @@ class Quick(BaseModel):
     model_config = ConfigDict(extra="forbid")
     seeds: list[int] = Field(default_factory=lambda: [0, 1])
     overrides: list[str] = Field(default_factory=list)
+    tune_budget: Optional[int] = Field(None, ge=1, description="tuning trials per tuned arm in quick mode")
+    tune_seeds: Optional[list[int]] = None
+
+
+class TunedArm(BaseModel):
+    """An arm whose configuration is tuned first: ``overrides`` fixed, ``space`` searched (merged over
+    the experiment's common space)."""
+
+    model_config = ConfigDict(extra="forbid")
+    overrides: list[str] = Field(default_factory=list)
+    space: dict[str, list] = Field(default_factory=dict)
+
+
+class Tune(BaseModel):
+    """Tuned arms: each gets ``budget`` trials of Optuna's TPE sampler over ``space`` (dotted key ->
+    choices), each trial scored by the mean metric over ``seeds`` (tuning seeds, kept apart from the
+    experiment's seeds); the best configuration then runs on the experiment's seeds like any arm."""
+
+    model_config = ConfigDict(extra="forbid")
+    budget: int = Field(8, ge=1)
+    seeds: list[int] = Field(default_factory=lambda: [100])
+    space: dict[str, list] = Field(default_factory=dict)
+    arms: dict[str, TunedArm]
 
 
 class Experiment(BaseModel):
@@ -44,14 +67,25 @@ class Experiment(BaseModel):
     reference: str
     seeds: list[int]
     overrides: list[str] = Field(default_factory=list)
-    arms: dict[str, list[str]]
+    arms: dict[str, list[str]] = Field(default_factory=dict)
+    tune: Optional[Tune] = None
     quick: Quick = Field(default_factory=Quick)
 
     @model_validator(mode="after")
     def _check(self):
-        if self.reference not in self.arms:
-            raise ValueError(f"reference {self.reference!r} is not an arm; arms: {', '.join(self.arms)}")
-        for arm in self.arms:
+        names = [*self.arms, *(self.tune.arms if self.tune else {})]
+        if len(set(names)) != len(names):
+            raise ValueError("an arm name is used twice (fixed and tuned arms share one namespace)")
+        if self.reference not in names:
+            raise ValueError(f"reference {self.reference!r} is not an arm; arms: {', '.join(names)}")
+        if self.tune:
+            for arm, t in self.tune.arms.items():
+                space = {**self.tune.space, **t.space}
+                if not space or any(not v for v in space.values()):
+                    raise ValueError(f"tuned arm {arm}: the search space is empty or has a key without choices")
+            if set(self.tune.seeds) & set(self.seeds):
+                raise ValueError("tune.seeds must differ from seeds (the comparison runs on fresh seeds)")
+        for arm in names:
             if "/" in arm or arm.startswith("."):
                 raise ValueError(f"arm name {arm!r}: no '/' or leading '.' (it names a folder)")
         if len(set(self.seeds)) != len(self.seeds):
@@ -64,14 +98,35 @@ class Experiment(BaseModel):
         extra = [*self.overrides, *(self.quick.overrides if quick else [])]
         return seeds, {arm: [*extra, *ov] for arm, ov in self.arms.items()}
 
+    def tune_plan(self, quick: bool) -> tuple[int, list[int], dict[str, tuple[list[str], dict[str, list]]]]:
+        """Tuning trials per arm, tuning seeds, and each tuned arm's (overrides, space)."""
+        if not self.tune:
+            return 0, [], {}
+        extra = [*self.overrides, *(self.quick.overrides if quick else [])]
+        budget = (self.quick.tune_budget if quick and self.quick.tune_budget else self.tune.budget)
+        seeds = (self.quick.tune_seeds if quick and self.quick.tune_seeds else self.tune.seeds)
+        return budget, seeds, {arm: ([*extra, *t.overrides], {**self.tune.space, **t.space})
+                               for arm, t in self.tune.arms.items()}
+
     def validate_arms(self, quick: bool) -> None:
-        """Every arm's config loads (a typo fails here, before any run starts)."""
+        """Every arm's config loads, tuned arms with every choice of their space (a typo fails here,
+        before any run starts)."""
         _, arms = self.plan(quick)
-        for arm, ov in arms.items():
+        checks = list(arms.items())
+        for arm, (ov, space) in self.tune_plan(quick)[2].items():
+            checks += [(arm, [*ov, f"{k}={_yaml(v)}"]) for k, vs in space.items() for v in vs]
+        for arm, ov in checks:
             try:
                 load_config(self.base, ov)
             except ConfigError as e:
                 raise ConfigError(f"experiment {self.name}, arm {arm}: {e}") from None
+
+
+def _yaml(value) -> str:
+    """A choice of a search space as an override value (parsed back as YAML)."""
+    import json
+
+    return json.dumps(value) if not isinstance(value, str) else value
 
 
 def experiments() -> list[str]:

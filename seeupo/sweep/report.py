@@ -91,7 +91,10 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
                                   "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
         })
-    return {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
+    out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
+    if (out / "tuned.json").exists():  # tuned arms: the configuration each one's tuning chose
+        out_tree["tuned"] = json.loads((out / "tuned.json").read_text())
+    return out_tree
 
 
 def _fmt_ci(ci) -> str:
@@ -116,6 +119,10 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['wall_s'] / 60:.1f} |")
+    if res.get("tuned"):
+        lines += ["", "Tuned arms: the best configuration of each tuning study (mean metric over the tuning seeds):", ""]
+        lines += [f"- {arm}: {b['params']} ({b['value']:.3f}, best of {b['trials']} trials)"
+                  for arm, b in res["tuned"].items()]
     trapped = [(a["name"], a["trapped"]) for a in res["arms"] if a.get("trapped") is not None]
     if trapped:
         lines += ["", "Runs that ended in the trap (most of their last 5 iterations' episodes guessed): "

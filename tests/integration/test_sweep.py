@@ -90,3 +90,29 @@ def test_a_killed_sweep_resumes_its_interrupted_trial(tmp_path):
     assert len(commands) == 2 and "--resume" not in commands[0] and "--resume" in commands[1]
     assert [r["iteration"] for r in _train_lines(metrics.parent) if "reward_mean" in r] == list(range(60))
     assert json.loads((out / "results.json").read_text())["arms"][0]["n"] == 1
+
+
+def test_a_tuned_arm_is_tuned_within_its_budget_then_compared_on_fresh_seeds(tmp_path):
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump({
+        "description": "test", "base": "tiny", "reference": "fixed", "seeds": [0], "overrides": SMALL,
+        "arms": {"fixed": ["algo.name=grpo"]},
+        "tune": {"budget": 2, "seeds": [100], "space": {"algo.kl_coef": [0.0, 0.2], "rollout.group_size": [2, 4]},
+                 "arms": {"tuned": {"overrides": ["algo.name=grpo"]}}}}))
+    exp = load_experiment(str(path))
+    spec = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
+    seen = []
+    assert sweep(spec, on_trial=lambda *a: seen.append(a))["done"] == 2
+    assert sum(a[0] == "tune:tuned" for a in seen) == 2  # the budget
+    best = json.loads((spec.out / "tuned.json").read_text())["tuned"]
+    assert best["trials"] == 2 and set(best["params"]) == {"algo.kl_coef", "rollout.group_size"}
+    cfg = yaml.safe_load((spec.folder("tuned", 0) / "config.yaml").read_text())
+    assert cfg["algo"]["kl_coef"] == best["params"]["algo.kl_coef"]
+    assert cfg["rollout"]["group_size"] == best["params"]["rollout.group_size"] and cfg["run"]["seed"] == 0
+    # one folder per distinct configuration tried (TPE may propose one twice: it reuses the folder),
+    # run on the tuning seed only
+    assert 1 <= len(list((spec.out / "tune" / "tuned").glob("*/seed-100/summary.json"))) <= 2
+    assert not list((spec.out / "tune").glob("*/*/seed-0"))
+    seen.clear()
+    again = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
+    assert sweep(again, on_trial=lambda *a: seen.append(a))["done"] == 2 and seen == []  # nothing more to run
