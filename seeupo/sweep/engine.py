@@ -67,13 +67,19 @@ def _key(arm: str, seed: int) -> str:
     return f"{arm}/seed-{seed}"
 
 
-def _study(spec: SweepSpec):
+def _storage(spec: SweepSpec):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                         if spec.url.startswith("sqlite") else None)
-    return optuna.create_study(study_name=spec.study_name, storage=storage, direction="maximize",
+    # SQLite: wait for a busy database (several worker processes write to it) instead of failing
+    return optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
+                                      if spec.url.startswith("sqlite") else None)
+
+
+def _study(spec: SweepSpec):
+    import optuna
+
+    return optuna.create_study(study_name=spec.study_name, storage=_storage(spec), direction="maximize",
                                load_if_exists=True)
 
 
@@ -212,11 +218,8 @@ def _tune_study(spec: SweepSpec, arm: str):
 
     from seeupo.data.episode import derive_seed
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                         if spec.url.startswith("sqlite") else None)
     sampler = optuna.samplers.TPESampler(seed=derive_seed(spec.exp.name, arm) % (2 ** 31), n_startup_trials=4)
-    return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=storage, sampler=sampler,
+    return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=_storage(spec), sampler=sampler,
                                direction="maximize", load_if_exists=True)
 
 
