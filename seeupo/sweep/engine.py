@@ -12,7 +12,8 @@ Each trial is an ordinary run folder, ``DIR/trials/ARM/seed-S`` (the files of ``
 plus ``train.log``), trained by ``seeupo train`` in a child process with ``--trial-threads`` CPU
 threads (default 1, so a trial's result depends only on its config and seed, not on the worker
 count). Re-running the command skips finished trials (their ``summary.json``), resumes interrupted
-ones from their checkpoints, and re-queues failed ones up to ``max_retries`` times.
+ones from their checkpoints (an interruption does not count as a failure), and re-queues failed
+ones up to ``max_retries`` times.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
     trials = study.get_trials(deepcopy=False)
     if owner:
         for t in trials:
-            if t.state == TrialState.RUNNING:
+            if t.state == TrialState.RUNNING:  # a sweep killed hard: an interruption, not a failure
+                study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
                 study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         trials = study.get_trials(deepcopy=False)
     by_key: dict[str, list] = {}
@@ -109,7 +111,7 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif states.count(TrialState.FAIL) > spec.max_retries:
+        elif sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in ts) > spec.max_retries:
             counts["given_up"] += 1
         else:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
@@ -195,6 +197,10 @@ def work(spec: SweepSpec, on_trial=None) -> None:
         start = time.perf_counter()
         try:
             value = run_trial(spec, arm, seed)
+        except KeyboardInterrupt:  # stopped (the run checkpointed): queued again, not counted as a failure
+            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+            study.tell(trial, state=TrialState.FAIL)
+            raise
         except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
             study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
             study.tell(trial, state=TrialState.FAIL)

@@ -90,6 +90,10 @@ def test_a_killed_sweep_resumes_its_interrupted_trial(tmp_path):
     assert len(commands) == 2 and "--resume" not in commands[0] and "--resume" in commands[1]
     assert [r["iteration"] for r in _train_lines(metrics.parent) if "reward_mean" in r] == list(range(60))
     assert json.loads((out / "results.json").read_text())["arms"][0]["n"] == 1
+    import optuna
+
+    trials = optuna.load_study(study_name="mini", storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
 
 
 def test_a_tuned_arm_is_tuned_within_its_budget_then_compared_on_fresh_seeds(tmp_path):
