@@ -145,15 +145,19 @@ def build_family(cfg: Config):
         raise InputError(f"env {cfg.env.name} with options {cfg.env.options}: {e}") from None
 
 
+def check_device(cfg: Config) -> None:
+    if cfg.run.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("run.device=cuda but torch sees no GPU (torch.cuda.is_available() is False); "
+                         "use run.device=auto or cpu")
+
+
 def check_inputs(cfg: Config) -> None:
     """What a run needs that the config's types cannot check, before anything heavy loads: the
     environment and its options, the device, the model found offline. ``InputError`` with the fix."""
     from seeupo.models.loading import ModelNotAvailable, check_model
 
     build_family(cfg)
-    if cfg.run.device == "cuda" and not torch.cuda.is_available():
-        raise InputError("run.device=cuda but torch sees no GPU (torch.cuda.is_available() is False); "
-                         "use run.device=auto or cpu")
+    check_device(cfg)
     try:
         check_model(cfg.model.name)
     except ModelNotAvailable as e:
@@ -174,8 +178,7 @@ class Trainer:
         self.algo = get_algorithm(cfg.algo.name)
         # cheap checks first: the environment (its options) and the device, then the model
         self.family = build_family(cfg)
-        if cfg.run.device == "cuda" and not torch.cuda.is_available():
-            check_inputs(cfg)  # raises InputError with the fix
+        check_device(cfg)
         self.device = parallel.device(cfg.run.device)
         dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
         try:
