@@ -85,6 +85,17 @@ M = [
   "tests/integration/test_reliability.py -k bad_input"),
  ("model checked only when loading", "seeupo/train/trainer.py", "    try:\n        check_model(cfg.model.name)", "    try:\n        pass",
   "tests/integration/test_reliability.py -k bad_input"),
+ # experiments (issue 15)
+ ("collapse without 'staying down'", "seeupo/sweep/collapse.py", "if not b), len(below))  # below to the end", "), len(below))  # below to the end",
+  "tests/unit/test_collapse.py"),
+ ("bootstrap at the wrong level", "seeupo/sweep/report.py", "lo = means[int((1 - level) / 2 * n)]", "lo = means[int((1 - level) * n)]",
+  "tests/unit/test_collapse.py -k bootstrap"),
+ ("trap guess always right", "seeupo/envs/trap.py", "return self._end(key == d[\"ask\"] and self.coin,", "return self._end(key == d[\"ask\"],",
+  "tests/unit/test_trap.py"),
+ ("trial threads follow the worker count", "seeupo/sweep/engine.py", '"OMP_NUM_THREADS": str(spec.trial_threads)', '"OMP_NUM_THREADS": str(spec.trial_threads * spec.workers)',
+  "tests/integration/test_sweep.py -k workers"),
+ ("tuning ignores its budget", "seeupo/sweep/engine.py", "if used >= budget or", "if used >= budget + 1 or",
+  "tests/integration/test_sweep.py -k tuned"),
  ("gspo clip 0.2", "seeupo/core/algorithms.py", "clip_eps=3e-4, clip_eps_high=4e-4", "clip_eps=0.2, clip_eps_high=0.2",
   "tests/unit/test_schedule.py tests/unit/test_config.py tests/unit/test_lab.py"),
 ]

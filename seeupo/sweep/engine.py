@@ -88,7 +88,6 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
     """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
     another machine's, so they are left alone). Returns counts: done, queued, given_up."""
-    import optuna
     from optuna.trial import TrialState
 
     study = _study(spec)
@@ -117,7 +116,6 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
                                 skip_if_exists=False)
             counts["queued"] += 1
-    del optuna
     return counts
 
 
@@ -146,7 +144,7 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
         env = {**os.environ, "OMP_NUM_THREADS": str(spec.trial_threads), "MKL_NUM_THREADS": str(spec.trial_threads),
                "SEEUPO_PROGRESS_SECONDS": "60"}
         with open(folder / "train.log", "a") as log:
-            log.write(f"$ {' '.join(cmd)}\n")
+            log.write(f"$ OMP_NUM_THREADS={env['OMP_NUM_THREADS']} {' '.join(cmd)}\n")
             log.flush()
             # its own session: a Ctrl-C at the terminal reaches the run once, through us, not twice
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

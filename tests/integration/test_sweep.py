@@ -44,6 +44,8 @@ def test_one_or_two_workers_give_the_same_trials_and_a_rerun_only_reads(tmp_path
     assert sweep(two)["done"] == 4
     for arm, seed in one.grid():
         assert _train_lines(one.folder(arm, seed)) == _train_lines(two.folder(arm, seed)), (arm, seed)
+        for spec in (one, two):  # the trial's threads do not follow the worker count
+            assert (spec.folder(arm, seed) / "train.log").read_text().startswith("$ OMP_NUM_THREADS=1 ")
     res = results(one.out, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"])
     write(one.out, res)
     first = (one.out / "results.json").read_text()

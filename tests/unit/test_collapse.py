@@ -54,6 +54,18 @@ def test_null_values_do_not_count_as_collapse():
     assert detect_collapse(rs) is None
 
 
+def test_bootstrap_ci_hits_the_exact_percentiles():
+    """[0, 0.25, 1]: 27 equally likely resamples; the mean is 0 and 1 with probability 1/27 each, so
+    the exact 2.5% and 97.5% quantiles are 0 and 1 (at a 90% level they would move inwards)."""
+    xs = [0.0, 0.25, 1.0]
+    means = sorted(sum(c) / 3 for c in itertools.product(xs, repeat=3))
+
+    def quantile(q):  # the smallest mean whose cumulative probability reaches q
+        return next(m for i, m in enumerate(means) if (i + 1) / len(means) >= q)
+    assert bootstrap_ci(xs, n=20000) == pytest.approx([quantile(0.025), quantile(0.975)])
+    assert bootstrap_ci(xs, n=20000, level=0.9) == pytest.approx([quantile(0.05), quantile(0.95)])
+
+
 @pytest.mark.parametrize("xs", [[0.0, 0.25, 1.0], [0.1, 0.5, 0.5, 0.9]])
 def test_bootstrap_ci_matches_the_exact_bootstrap_distribution(xs):
     k = len(xs)
