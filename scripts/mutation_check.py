@@ -98,6 +98,17 @@ M = [
   "tests/integration/test_sweep.py -k tuned"),
  ("gspo clip 0.2", "seeupo/core/algorithms.py", "clip_eps=3e-4, clip_eps_high=4e-4", "clip_eps=0.2, clip_eps_high=0.2",
   "tests/unit/test_schedule.py tests/unit/test_config.py tests/unit/test_lab.py"),
+ # the shared-prefix forward (tests/integration/test_learner.py, test_reference.py)
+ ("shared rows continue one position late", "seeupo/models/policy.py", "pos = self.starts[self.cluster].unsqueeze(1) + torch.arange(T, device=dev)",
+  "pos = self.starts[self.cluster].unsqueeze(1) + 1 + torch.arange(T, device=dev)", "tests/integration/test_learner.py -k shared"),
+ ("cluster segments read from the wrong cluster", "seeupo/models/policy.py", "torch.where(j < part, p0 + c * S + (j - p0),",
+  "torch.where(j < part, p0 + (c + 1) % max(C, 1) * S + (j - p0),", "tests/integration/test_learner.py -k shared"),
+ ("shared micro-batches over budget", "seeupo/train/learner.py", "adj[start:end - 1]) > budget_tokens:", "adj[start:end - 1]) > 4 * budget_tokens:",
+  "tests/integration/test_learner.py -k shared_micro"),
+ ("a group's prompt pre-filled per row", "seeupo/rollout/sampler.py", "        if len(uniq) < n:\n", "        if False:\n",
+  "tests/integration/test_rollout.py -k groups"),
+ ("a pre-filled prompt spread to the wrong rows", "seeupo/rollout/sampler.py", "spread = torch.tensor([where[first_of[k]] for k in keys], device=dev)",
+  "spread = torch.tensor([where[first_of[k]] for k in keys][::-1], device=dev)", "tests/integration/test_rollout.py -k groups"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -152,20 +152,22 @@ def token_logprobs(
     with_entropy: bool = True,
     continuation: Continuation | None = None,
     pack: int = 0,
+    share: bool = False,
 ) -> TokenScores:
     """Log-probs (at ``temperature``) of the tokens marked in ``score_mask_BL`` (position 0 is never
     scored). Shapes ``[B, L]``; right padding. ``model`` is a causal LM or a ``Scorer`` (which then
     brings its own value head). ``continuation``: also score tokens that follow each row, without
     gradient, from the rows' KV cache (``TokenScores.cont_logp``). ``pack`` (> 0): run the rows packed
     end to end in lanes of ``max(pack, L)`` tokens (fewer padded tokens; same results up to rounding; ignored with a
-    continuation, which needs each row's own cache)."""
+    continuation, which needs each row's own cache). ``share``: run the rows' common prefixes once
+    (``SharedPrefix``; same results up to rounding; ignored when packing)."""
     if isinstance(model, Scorer):
         out = model(input_ids_BL, attention_mask_BL, score_mask_BL, temperature=temperature,
                     with_entropy=with_entropy, with_values=value_head is not None, continuation=continuation,
-                    pack=pack)
+                    pack=pack, share=share)
     else:
         out = _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
-                     continuation, pack)
+                     continuation, pack, share)
     return TokenScores(*out)
 
 
@@ -181,9 +183,168 @@ class Scorer(nn.Module):
 
     def forward(self, input_ids_BL, attention_mask_BL, score_mask_BL, *, temperature: float = 1.0,
                 with_entropy: bool = True, with_values: bool = False, continuation: Continuation | None = None,
-                pack: int = 0):
+                pack: int = 0, share: bool = False):
         return _score(self.model, self.value_head if with_values else None, input_ids_BL, attention_mask_BL,
-                      score_mask_BL, temperature, with_entropy, continuation, pack)
+                      score_mask_BL, temperature, with_entropy, continuation, pack, share)
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class SharedPrefix:
+    """Right-padded rows ``[B, L]`` run with their common prefixes computed once (``share``): the
+    tokens every row begins with (the system prompt and tool list) in one row, then the tokens a
+    *cluster* of rows shares beyond them (one task's prompt, a group's identical first reply) once
+    per cluster, then each row's own rest, every level attending to the cached keys and values of
+    the levels before it. Causal attention makes each token's hidden state the same as in the row's
+    own forward (up to rounding); gradients flow back through the shared levels (the sum over the
+    rows that share them, as in the unshared pass).
+
+    ``index[b, j]`` is where row ``b``'s position ``j`` sits in the concatenated hidden states of the
+    levels (clamped for padding). Positions: level 1 ``[0, p0)``; cluster ``c``: ``[p0, starts[c])``
+    (right-padded to ``S``); row ``b``: ``[starts[cluster[b]], len_b)`` (right-padded to ``T``)."""
+
+    p0: int
+    seg_ids: torch.Tensor  # [C, S] cluster segments (S == 0: no cluster level)
+    seg_att: torch.Tensor  # [C, S]
+    cluster: torch.Tensor  # [B] each row's cluster
+    starts: torch.Tensor  # [C] where each cluster's rows continue on their own
+    suf_ids: torch.Tensor  # [B, T]
+    suf_att: torch.Tensor  # [B, T]
+    first_ids: torch.Tensor  # [1, p0] the common prefix
+    index: torch.Tensor  # [B, L]
+    tokens: int  # positions run: p0 + C * S + B * T
+
+    MIN_SHARED = 16  # a cluster shares at least this many tokens beyond the common prefix
+
+    @staticmethod
+    def sort(token_lists: list[list[int]]) -> tuple[list[int], list[int]]:
+        """Rows in lexicographic order (rows that share prefixes side by side) and the common prefix
+        of each neighbouring pair, capped so that every row keeps one position of its own."""
+        order = sorted(range(len(token_lists)), key=lambda b: token_lists[b])
+        adj = [min(_lcp(token_lists[order[k]], token_lists[order[k + 1]]), len(token_lists[order[k]]) - 1,
+                   len(token_lists[order[k + 1]]) - 1) for k in range(len(order) - 1)]
+        return order, adj
+
+    @staticmethod
+    def plan(lens: list[int], adj: list[int], min_shared: int = MIN_SHARED) -> tuple[int, list[tuple[list[int], int]], int, int]:
+        """``(p0, clusters, S, tokens)`` for rows in ``sort``'s order (``lens`` their lengths, ``adj``
+        from ``sort``): ``clusters`` holds (positions in that order, where the cluster's rows part).
+        Rows side by side in that order sharing ``min_shared`` tokens beyond the common prefix
+        ``p0`` form a cluster."""
+        B = len(lens)
+        p0 = max(min(adj, default=0), 0)
+        clusters, cur, part = [], [0], None
+        for k in range(B - 1):
+            if adj[k] >= p0 + min_shared:
+                cur.append(k + 1)
+                part = adj[k] if part is None else min(part, adj[k])
+            else:
+                clusters.append((cur, part))
+                cur, part = [k + 1], None
+        clusters.append((cur, part))
+        S = max((part - p0 for _, part in clusters if part is not None), default=0)
+        # a row alone in its cluster runs its next S tokens at the cluster level too (no padded slot)
+        clusters = [(rows, part if part is not None else min(p0 + S, lens[rows[0]] - 1)) for rows, part in clusters]
+        T = max(lens[b] - part for rows, part in clusters for b in rows)
+        tokens = p0 + (len(clusters) * S if S else 0) + B * T
+        return p0, clusters, S, tokens
+
+    @staticmethod
+    def cost(lens: list[int], adj: list[int], min_shared: int = MIN_SHARED, max_share: float = 0.9) -> int:
+        """Positions a micro-batch of these rows (``sort``'s order) runs: shared when that pays
+        (``of``'s rule), else padded."""
+        padded = len(lens) * max(lens)
+        if len(lens) < 2 or min(lens) < 2:
+            return padded
+        tokens = SharedPrefix.plan(lens, adj, min_shared)[3]
+        return tokens if tokens <= max_share * padded else padded
+
+    @staticmethod
+    def of(input_ids_BL: torch.Tensor, attention_mask_BL: torch.Tensor, min_shared: int = MIN_SHARED,
+           max_share: float = 0.9) -> "SharedPrefix | None":
+        """The plan for these rows, or None when it would run more than ``max_share`` of the padded
+        positions (nothing worth sharing)."""
+        B, L = input_ids_BL.shape
+        if B < 2:
+            return None
+        ids = input_ids_BL.cpu()
+        lens = attention_mask_BL.sum(-1).tolist()
+        if min(lens) < 2:
+            return None
+        order, adj = SharedPrefix.sort([ids[b, :lens[b]].tolist() for b in range(B)])
+        p0, clusters, S, tokens = SharedPrefix.plan([lens[b] for b in order], adj, min_shared)
+        if tokens > max_share * B * L:
+            return None
+        clusters = [([order[k] for k in rows], part) for rows, part in clusters]
+        C = len(clusters) if S else 0
+        T = (tokens - p0 - C * S) // B
+        seg_ids = torch.zeros(C, S, dtype=ids.dtype)
+        seg_att = torch.zeros(C, S, dtype=torch.long)
+        cluster = torch.zeros(B, dtype=torch.long)
+        starts = torch.full((max(C, 1),), p0, dtype=torch.long)
+        suf_ids = torch.zeros(B, T, dtype=ids.dtype)
+        suf_att = torch.zeros(B, T, dtype=torch.long)
+        index = torch.zeros(B, L, dtype=torch.long)
+        ar = torch.arange(L)
+        for c, (rows, part) in enumerate(clusters):
+            if C:
+                seg_ids[c, : part - p0] = ids[rows[0], p0:part]
+                seg_att[c, : part - p0] = 1
+                starts[c] = part
+            else:
+                part = p0
+            for b in rows:
+                n = lens[b]
+                cluster[b] = c if C else 0
+                suf_ids[b, : n - part] = ids[b, part:n]
+                suf_att[b, : n - part] = 1
+                j = torch.minimum(ar, torch.tensor(max(n - 1, 0)))
+                index[b] = torch.where(j < p0, j, torch.where(j < part, p0 + c * S + (j - p0),
+                                                              p0 + C * S + b * T + (j - part)))
+        dev = input_ids_BL.device
+        return SharedPrefix(p0, seg_ids.to(dev), seg_att.to(dev), cluster.to(dev), starts.to(dev),
+                            suf_ids.to(dev), suf_att.to(dev), input_ids_BL[:1, :p0], index.to(dev), tokens)
+
+    def run(self, decoder, *, use_cache: bool) -> tuple[torch.Tensor, object, torch.Tensor]:
+        """The levels' hidden states concatenated ``[p0 + C * S + B * T, H]``, and with ``use_cache``
+        the rows' cache and its attention mask ``[B, len]`` (for a continuation)."""
+        kw = cache_keyword(decoder)
+        dev = self.suf_ids.device
+        parts, cache, mask = [], None, None
+        if self.p0:
+            out = decoder(input_ids=self.first_ids, use_cache=True)
+            parts.append(out.last_hidden_state[0])
+            cache, mask = _cache_of(out), torch.ones(1, self.p0, dtype=torch.long, device=dev)
+        C, S = self.seg_ids.shape
+        if S:
+            if cache is not None:
+                cache.batch_select_indices(torch.zeros(C, dtype=torch.long, device=dev))
+                mask = mask.expand(C, -1)
+            att = self.seg_att if mask is None else torch.cat([mask, self.seg_att], 1)
+            pos = self.p0 + torch.arange(S, device=dev).expand(C, -1)
+            out = decoder(input_ids=self.seg_ids, attention_mask=att, position_ids=pos, use_cache=True,
+                          **({kw: cache} if cache is not None else {}))
+            parts.append(out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1]))
+            cache, mask = _cache_of(out), att
+        B, T = self.suf_ids.shape
+        if cache is not None:
+            pick = self.cluster if S else torch.zeros(B, dtype=torch.long, device=dev)
+            cache.batch_select_indices(pick)
+            mask = mask[pick]
+        att = self.suf_att if mask is None else torch.cat([mask, self.suf_att], 1)
+        pos = self.starts[self.cluster].unsqueeze(1) + torch.arange(T, device=dev)
+        out = decoder(input_ids=self.suf_ids, attention_mask=att, position_ids=pos, use_cache=use_cache,
+                      **({kw: cache} if cache is not None else {}))
+        parts.append(out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1]))
+        return torch.cat(parts), (_cache_of(out) if use_cache else None), att
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,19 +358,35 @@ def cache_keyword(module: nn.Module) -> str:
     return _cache_kw_of(type(module.get_base_model() if is_peft(module) else module))
 
 
+def _cache_of(out):
+    cache = getattr(out, "cache", None)  # transformers >= 5.2x; reading the old name there warns
+    return cache if cache is not None else out.past_key_values
+
+
 def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
-           continuation: Continuation | None = None, pack: int = 0):
+           continuation: Continuation | None = None, pack: int = 0, share: bool = False):
     decoder, lm_head = _parts(model)
     sel = score_mask_BL[:, 1:].bool()
     packing = Packing.of(input_ids_BL, attention_mask_BL, pack) if pack and continuation is None else None
+    plan = SharedPrefix.of(input_ids_BL, attention_mask_BL) if share and packing is None else None
+    cache = cache_mask = None
     if packing is not None:
         hidden = decoder(input_ids=packing.input_ids, position_ids=packing.position_ids,
                          use_cache=False).last_hidden_state
-        h = hidden.reshape(-1, hidden.shape[-1])[packing.flat[:, :-1][sel]]
+        flat, index = hidden.reshape(-1, hidden.shape[-1]), packing.flat
+    elif plan is not None:
+        flat, cache, cache_mask = plan.run(decoder, use_cache=continuation is not None)
+        index = plan.index
     else:
         dec_out = decoder(input_ids=input_ids_BL, attention_mask=attention_mask_BL,
                           use_cache=continuation is not None)
-        h = dec_out.last_hidden_state[:, :-1][sel]  # [K, H] states that predict the scored tokens
+        hidden = dec_out.last_hidden_state
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        B, L = input_ids_BL.shape
+        index = torch.arange(B * L, device=hidden.device).reshape(B, L)
+        if continuation is not None:
+            cache, cache_mask = _cache_of(dec_out), attention_mask_BL
+    h = flat[index[:, :-1][sel]]  # [K, H] states that predict the scored tokens
     targets = input_ids_BL[:, 1:][sel]
     logp_K, ent_K = head_logprobs(lm_head, h, targets, temperature, with_entropy=with_entropy)
     out = torch.zeros(input_ids_BL.shape, dtype=logp_K.dtype, device=logp_K.device)
@@ -225,31 +402,32 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
     cont_logp = None
     if continuation is not None:
         with torch.no_grad():
-            cont_logp = _continue(decoder, lm_head, dec_out, attention_mask_BL, continuation, temperature)
+            lens = attention_mask_BL.sum(-1)
+            rows = torch.arange(len(lens), device=lens.device)
+            last = flat.detach()[index[rows, (lens - 1).clamp_min(0)]]  # [B, H] each row's last state
+            cont_logp = _continue(decoder, lm_head, cache, cache_mask, lens, last, continuation, temperature)
     return logp, entropy, values, cont_logp
 
 
-def _continue(decoder, lm_head, dec_out, attention_mask_BL, c: Continuation, temperature: float) -> torch.Tensor:
+def _continue(decoder, lm_head, cache, cache_mask_BC, lens_B, last_BH, c: Continuation,
+              temperature: float) -> torch.Tensor:
     """Log-probs of the continuation's scored tokens: one forward over the continuation alone,
-    attending to the rows' cached keys and values (padding in between is masked). Only the rows that
-    continue run (the cache is cut to them; at least one row runs, so every call is the same for FSDP2)."""
+    attending to the rows' cached keys and values (``cache_mask_BC`` marks the real ones; padding in
+    between is masked; row ``b`` continues at position ``lens_B[b]`` from state ``last_BH[b]``). Only
+    the rows that continue run (the cache is cut to them; at least one row runs, so every call is the
+    same for FSDP2)."""
     B, E = c.input_ids.shape
     dev = c.input_ids.device
-    cache = getattr(dec_out, "cache", None)  # transformers >= 5.2x; reading the old name there warns
-    if cache is None:
-        cache = dec_out.past_key_values
     runs = torch.nonzero(c.attention_mask.sum(-1) > 0).squeeze(-1)
     if len(runs) == 0:
         runs = torch.zeros(1, dtype=torch.long, device=dev)
     if len(runs) < B:
         cache.batch_select_indices(runs)
-    am, ids, c_att, sel = attention_mask_BL[runs], c.input_ids[runs], c.attention_mask[runs], c.score_mask[runs].bool()
-    lens = am.sum(-1)
-    pos = lens.unsqueeze(1) + torch.arange(E, device=dev)
+    am, ids, c_att, sel = cache_mask_BC[runs], c.input_ids[runs], c.attention_mask[runs], c.score_mask[runs].bool()
+    pos = lens_B[runs].unsqueeze(1) + torch.arange(E, device=dev)
     h2 = decoder(input_ids=ids, attention_mask=torch.cat([am, c_att], 1),
                  position_ids=pos, use_cache=True, **{cache_keyword(decoder): cache}).last_hidden_state
-    last = dec_out.last_hidden_state.detach()[runs, (lens - 1).clamp_min(0)]
-    pred = torch.cat([last.unsqueeze(1), h2[:, :-1]], 1)  # the state before each continuation token
+    pred = torch.cat([last_BH[runs].unsqueeze(1), h2[:, :-1]], 1)  # the state before each continuation token
     out = torch.zeros(B, E, dtype=torch.float32, device=dev)
     sub = torch.zeros(len(runs), E, dtype=torch.float32, device=dev)
     sub[sel] = head_logprobs(lm_head, pred[sel], ids[sel], temperature)[0]

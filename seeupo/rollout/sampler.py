@@ -156,11 +156,29 @@ class HFSampler:
         samples = [Sample([], [], False) for _ in range(n)]
         live = [m > 0 for m in max_new]
         step_input, step_pos = ids, pos
+        # rows with the same prompt and the same cached part (a group's samples on their first turn)
+        # pre-fill once; the cache is then copied out to each of them before they sample apart
+        keys = [(tuple(p), c) for p, c in zip(prompts, cached)]
+        first_of = {k: i for i, k in reversed(list(enumerate(keys)))}
+        uniq = sorted(set(first_of.values()))
+        spread = None
+        if len(uniq) < n:
+            where = {i: j for j, i in enumerate(uniq)}
+            spread = torch.tensor([where[first_of[k]] for k in keys], device=dev)
+            u = torch.tensor(uniq, device=dev)
+            if C:
+                cache.batch_select_indices(u)
+            step_input, step_pos, att0 = ids[u], pos[u], att[u]
+            self.prefilled_tokens -= sum(len(suffix[i]) for i in range(n) if i not in where)
         for step in range(max(max_new, default=0)):
             if not any(live):
                 break
-            logits = self.model(input_ids=step_input, attention_mask=att, position_ids=step_pos,
-                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1].float().cpu()
+            logits = self.model(input_ids=step_input, attention_mask=att0 if spread is not None else att,
+                                position_ids=step_pos, use_cache=True, logits_to_keep=1,
+                                **{self._cache_kw: cache}).logits[:, -1].float().cpu()
+            if spread is not None:  # the pre-fill ran on the distinct prompts: back to every row
+                cache.batch_select_indices(spread)
+                logits, step_pos, spread = logits[spread.cpu()], step_pos[spread], None
             t = self.temperature if self.temperature > 0 else 1.0
             logp_all = torch.log_softmax(logits / t, -1)
             nxt = torch.full((n,), self.pad_id, dtype=torch.long)

@@ -162,6 +162,9 @@ class OptimConfig(Strict):
     pack_width: int = Field(0, ge=0, description="0: off; N: pack rows end to end into lanes of max(N, longest "
                             "row) tokens in each forward pass (fewer padded tokens, block-diagonal attention; "
                             "not in SeeUPO's fused passes, which continue each row's own cache)")
+    share_prefix: bool = Field(True, description="run the prefix rows share (system prompt, a task's prompt, a "
+                               "group's identical replies) once per micro-batch instead of once per row; same "
+                               "results up to rounding (docs/performance.md)")
     train_embeddings: bool = Field(True, description="False: token embeddings stay fixed during RL (full fine-tuning)")
 
 

@@ -16,7 +16,7 @@ import torch
 from seeupo.core.losses import get_kl, get_policy_loss, masked_sum
 from seeupo.core.schedule import factor_log_ratio, update_factor
 from seeupo.data.episode import Rows
-from seeupo.models.policy import Continuation, ValueHead, pack_lanes, token_logprobs
+from seeupo.models.policy import Continuation, SharedPrefix, ValueHead, pack_lanes, token_logprobs
 from seeupo.train import parallel
 
 
@@ -34,11 +34,16 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
-def micro_batches(rows: Rows, budget_tokens: int, pack: int = 0) -> list[torch.Tensor]:
+def micro_batches(rows: Rows, budget_tokens: int, pack: int = 0, share: bool = False) -> list[torch.Tensor]:
     """Index groups whose padded size (rows x longest row) stays within ``budget_tokens``
     (a single longer row gets its own group). Longest rows first. With ``pack`` (> 0), the size
     counted is that of the group's rows packed first-fit into lanes of ``max(pack, longest row)``
-    tokens (``policy.pack_lanes``, as ``token_logprobs`` packs them): lanes x lane width."""
+    tokens (``policy.pack_lanes``, as ``token_logprobs`` packs them): lanes x lane width. With
+    ``share`` (and no ``pack``), rows in lexicographic order, so that rows with a common prefix share
+    a micro-batch, and the size counted is the positions its shared-prefix forward runs
+    (``policy.SharedPrefix.cost``)."""
+    if share and not pack:
+        return _shared_micro_batches(rows, budget_tokens)
     lengths = rows.attention_mask.sum(-1)
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     groups, cur, lens, width, n_lanes = [], [], [], 0, 0
@@ -60,19 +65,34 @@ def micro_batches(rows: Rows, budget_tokens: int, pack: int = 0) -> list[torch.T
     return groups
 
 
+def _shared_micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
+    lens = rows.attention_mask.sum(-1).tolist()
+    order, adj = SharedPrefix.sort([rows.input_ids[b, :n].tolist() for b, n in enumerate(lens)])
+    lens = [lens[b] for b in order]
+    groups, start = [], 0
+    for end in range(1, len(order) + 1):  # [start, end) is the group so far; it takes row end - 1
+        if end - start > 1 and SharedPrefix.cost(lens[start:end], adj[start:end - 1]) > budget_tokens:
+            groups.append(torch.tensor(order[start:end - 1]))
+            start = end - 1
+    if order:
+        groups.append(torch.tensor(order[start:]))
+    return groups
+
+
 @torch.no_grad()
 def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
-          value_head: ValueHead | None = None, pack: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+          value_head: ValueHead | None = None, pack: int = 0, share: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[R, L]`` of every loss-mask token (and values with a value head), no gradient."""
     logp = torch.zeros(rows.input_ids.shape, dtype=torch.float32)
     values = torch.zeros_like(logp) if value_head is not None else None
     was_training = model.training
     model.eval()
     dev = model_device(model)
-    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens, pack)):
+    share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
+    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens, pack, share)):
         mb = rows.select(idx).to(dev)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                           temperature=temperature, value_head=value_head, with_entropy=False, pack=pack)
+                           temperature=temperature, value_head=value_head, with_entropy=False, pack=pack, share=share)
         if not real:
             continue
         w = mb.input_ids.shape[1]
@@ -156,7 +176,8 @@ def _denominators(rows: Rows, spec: LossSpec) -> tuple[float, float]:
 
 
 def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *, budget_tokens: int,
-                   grad_clip: float | None, value_head: ValueHead | None = None, pack: int = 0) -> dict:
+                   grad_clip: float | None, value_head: ValueHead | None = None, pack: int = 0,
+                   share: bool = False) -> dict:
     """One optimizer step on ``inp.rows`` (gradient accumulated over micro-batches)."""
     loss_fn = get_policy_loss(spec.name)
     denom, n_tokens = _denominators(inp.rows, spec)
@@ -170,7 +191,8 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     sums["logp_gap_max"] = 0.0
     dev = model_device(model)
     pack = 0 if inp.cont is not None else pack  # a continuation needs each row's own KV cache
-    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens, pack)):
+    share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
+    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens, pack, share)):
         mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]
         cont = c_old = None
@@ -178,7 +200,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             cont, c_old = inp.cont_rows(idx)
             cont, c_old = cont.to(dev), c_old.to(dev)
         s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
-                           value_head=value_head, continuation=cont, pack=pack)
+                           value_head=value_head, continuation=cont, pack=pack, share=share)
         adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
         factor = inp.factor[idx].to(dev) if inp.factor is not None else None
         if cont is not None:  # fused: the previous turn's ratio from this same forward
@@ -193,7 +215,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
             (loss * 0.0).backward()
             grads.add()
             continue
-        share = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
+        frac = float(mb.loss_mask.sum()) / max(n_tokens, 1.0)
         if spec.kl_coef > 0 and inp.ref_logp is not None:
             kl = masked_sum(get_kl(spec.kl_estimator)(s.logp, inp.ref_logp[idx, :w].to(dev)), mb.loss_mask) / max(n_tokens, 1.0)
             loss = loss + spec.kl_coef * kl
@@ -207,8 +229,8 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
         sums["loss"] += loss.item()
         sums["policy_loss"] += pl.item()
         sums["entropy"] += float(masked_sum(s.entropy, mb.loss_mask)) / max(n_tokens, 1.0)
-        sums["clipfrac"] += float(m["clipfrac"]) * share
-        sums["ratio_mean"] += float(m["ratio_mean"]) * share
+        sums["clipfrac"] += float(m["clipfrac"]) * frac
+        sums["ratio_mean"] += float(m["ratio_mean"]) * frac
         with torch.no_grad():  # learner vs sampler log-prob gap (meaningful on an iteration's first step)
             gap = ((s.logp - mb.old_logp).abs() * mb.loss_mask).max()
         sums["logp_gap_max"] = nan_max(sums["logp_gap_max"], float(gap))

@@ -320,7 +320,8 @@ class Trainer:
     def _reference_logp(self, rows):
         with swapped(self.named_params, self.reference_state):
             logp, _ = score(self.learner_model, rows, temperature=self.cfg.rollout.temperature,
-                            budget_tokens=self.cfg.optim.micro_batch_tokens, pack=self.cfg.optim.pack_width)
+                            budget_tokens=self.cfg.optim.micro_batch_tokens, pack=self.cfg.optim.pack_width,
+                            share=self.cfg.optim.share_prefix)
         return logp
 
     def _loss_spec(self) -> LossSpec:
@@ -377,14 +378,14 @@ class Trainer:
         ctx = UpdateContext(self.learner_model, self.optimizer, self.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
                             cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
                             torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.value_head,
-                            self._reference_logp, pack=cfg.optim.pack_width)
+                            self._reference_logp, pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
         self.model.train()
         per_turn: dict = {}
         if algo.estimator == "gae":
             rows = trajectory_rows(episodes, pad)
             _, old_values = score(self.learner_model, rows, temperature=cfg.rollout.temperature,
                                   budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head,
-                                  pack=cfg.optim.pack_width)
+                                  pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
             r_tok = torch.zeros(rows.input_ids.shape)
             for i, e in enumerate(episodes):
                 for t, end in enumerate(e.turn_ends):
@@ -497,7 +498,7 @@ class Trainer:
             self.state["warmup"] = warmup(
                 self.learner_model, self.params, self.chat, self.family, self.limits, cfg.warmup,
                 seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
-                progress=progress)
+                share=cfg.optim.share_prefix, progress=progress)
         finally:
             close()
         self._weights_changed()

@@ -34,6 +34,7 @@ class UpdateContext:
     value_head: torch.nn.Module | None = None
     reference_logp: object = None  # rows -> [R, L] log-probs under the KL reference policy
     pack: int = 0  # lane width for packing rows end to end (optim.pack_width; 0: off)
+    share: bool = False  # common prefixes run once (optim.share_prefix)
 
 
 def _subset(inp: StepInputs, idx: torch.Tensor) -> StepInputs:
@@ -63,7 +64,7 @@ def run_phase(ctx: UpdateContext, inp: StepInputs, after_first=None) -> list[dic
         for chunk in torch.tensor_split(perm, min(ctx.minibatches, n)):  # exactly that many minibatches
             m = optimizer_step(ctx.model, ctx.optimizer, ctx.params, _subset(inp, chunk), ctx.spec,
                                budget_tokens=ctx.budget_tokens, grad_clip=ctx.grad_clip,
-                               value_head=ctx.value_head, pack=ctx.pack)
+                               value_head=ctx.value_head, pack=ctx.pack, share=ctx.share)
             if after_first is not None:
                 slr = torch.zeros(n)
                 if "fused_slr" in m:
@@ -172,7 +173,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         prev = None
         if ratio_reference == "incremental":
             old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens,
-                           pack=ctx.pack)
+                           pack=ctx.pack, share=ctx.share)
             rows = replace(rows, old_logp=old)
         f_rows = factor[rows.episode]
         a_rows = adv_E[rows.episode]
@@ -218,7 +219,8 @@ def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch
             turns_of_phase=None):
     """The factor of a finished phase by its own scoring pass under the updated parameters."""
     rows, turn = prev
-    new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens, pack=ctx.pack)
+    new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens, pack=ctx.pack,
+                   share=ctx.share)
     slr = factor_log_ratio(new, rows.old_logp, rows.loss_mask, factor_ratio)
     for t in (turns_of_phase or [turn]):
         sel = rows.turn == t

@@ -29,7 +29,7 @@ def demonstrations(chat, family, limits, *, n: int, seed: int):
 
 
 def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
-           progress=None) -> dict:
+           share: bool = False, progress=None) -> dict:
     """Supervised steps on demonstrations; returns the mean loss of the first and last steps."""
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     rows = trajectory_rows(episodes, chat.tok.pad_token_id)
@@ -50,9 +50,11 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             opt.zero_grad(set_to_none=True)
             total = 0.0
             grads = parallel.GradAccumulator(params)
-            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens, pack)):
+            share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
+            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens, pack, share)):
                 mb = batch.select(idx).to(model_device(model))
-                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False, pack=pack)
+                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False, pack=pack,
+                                   share=share)
                 loss = -(s.logp * mb.loss_mask).sum() / n_tok * (1.0 if real else 0.0)
                 loss.backward()
                 grads.add()

@@ -10,7 +10,7 @@ from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
 from seeupo.envs import make_family
 from seeupo.rollout.runner import RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler
-from seeupo.models.policy import pack_lanes, token_logprobs
+from seeupo.models.policy import Continuation, SharedPrefix, pack_lanes, token_logprobs
 from seeupo.train.learner import LossSpec, StepInputs, micro_batches, optimizer_step, score
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 
@@ -24,12 +24,12 @@ def episodes(tiny, chat):
     return run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=10))
 
 
-def grads_after_step(model, inp, spec, budget, pack=False):
+def grads_after_step(model, inp, spec, budget, pack=False, share=False):
     m = copy.deepcopy(model)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1.0)
     before = [p.detach().clone() for p in params]
-    optimizer_step(m, opt, params, inp, spec, budget_tokens=budget, grad_clip=None, pack=pack)
+    optimizer_step(m, opt, params, inp, spec, budget_tokens=budget, grad_clip=None, pack=pack, share=share)
     return [b - p.detach() for b, p in zip(before, params)]
 
 
@@ -91,6 +91,79 @@ def test_packed_step_equals_the_padded_step(tiny, episodes, loss):
     W = 2 * rows.input_ids.shape[1]
     for budget in (100_000, 2 * W):
         b = grads_after_step(tiny.model, inp, LossSpec(loss), budget, pack=W)
+        assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(a, b)), budget
+
+
+def _rows(lists):
+    L = max(map(len, lists))
+    ids, att = torch.zeros(len(lists), L, dtype=torch.long), torch.zeros(len(lists), L, dtype=torch.long)
+    for b, r in enumerate(lists):
+        ids[b, : len(r)], att[b, : len(r)] = torch.tensor(r), 1
+    return ids, att
+
+
+def _grads_of(model, fn):
+    model.zero_grad(set_to_none=True)
+    out = fn()
+    (out.logp.sum() + out.cont_logp.sum() * 0).backward()
+    return out, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("common", [30, 0])
+def test_shared_prefix_scores_and_gradients_equal_the_unshared_pass(tiny, common):
+    """Rows sharing a prefix, three clusters sharing more (a task's prompt), a row alone, mixed
+    lengths; with and without a prefix common to all rows. Compared with each row's own forward."""
+    g = torch.Generator().manual_seed(1)
+    rnd = lambda n: torch.randint(5, 400, (n,), generator=g).tolist()  # noqa: E731
+    head, tasks = rnd(common), [rnd(20) for _ in range(3)]
+    lists = [head + tasks[b % 3] + rnd(3 + 2 * b) for b in range(6)] + [head + rnd(25)]
+    ids, att = _rows(lists)
+    plan = SharedPrefix.of(ids, att)
+    assert plan is not None and plan.p0 == common
+    assert plan.seg_ids.shape[0] == 4 and plan.tokens < 0.8 * ids.numel()  # 3 clusters + the row alone
+    score_mask = att.clone()
+    score_mask[:, : common + 5] = 0  # scored tokens inside the clusters' shared segments too
+    E = 5
+    cont = Continuation(torch.randint(5, 400, (7, E), generator=g), torch.ones(7, E, dtype=torch.long),
+                        torch.ones(7, E, dtype=torch.long))
+    cont.attention_mask[2, 3:] = cont.score_mask[2, 3:] = 0
+    cont.attention_mask[4] = cont.score_mask[4] = 0  # a row that does not continue
+    m = copy.deepcopy(tiny.model).train()
+    a, ga = _grads_of(m, lambda: token_logprobs(m, ids, att, score_mask, continuation=cont))
+    b, gb = _grads_of(m, lambda: token_logprobs(m, ids, att, score_mask, continuation=cont, share=True))
+    assert (a.logp != 0).sum() == score_mask[:, 1:].sum()
+    assert torch.allclose(a.logp, b.logp, atol=1e-5) and torch.allclose(a.entropy, b.entropy, atol=1e-5)
+    assert torch.allclose(a.cont_logp, b.cont_logp, atol=1e-5) and (a.cont_logp != 0).sum() == 6 * E - 2
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(ga, gb))
+    # rows with nothing in common run unshared
+    ids, att = _rows([rnd(12), rnd(9), rnd(14)])
+    assert SharedPrefix.of(ids, att) is None
+
+
+def test_shared_micro_batches_hold_every_row_once_within_the_budget(tiny, episodes):
+    rows = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    lens = rows.attention_mask.sum(-1).tolist()
+    for budget in (1, 300, 600, 100_000):
+        groups = micro_batches(rows, budget, share=True)
+        assert sorted(torch.cat(groups).tolist()) == list(range(len(lens)))
+        for grp in groups:
+            sub = [rows.input_ids[i, : lens[i]].tolist() for i in grp.tolist()]
+            order, adj = SharedPrefix.sort(sub)
+            cost = SharedPrefix.cost([len(sub[k]) for k in order], adj)
+            assert len(grp) == 1 or cost <= budget, (budget, cost)
+    one = micro_batches(rows, 100_000, share=True)
+    assert len(one) == 1
+    plan = SharedPrefix.of(rows.input_ids, rows.attention_mask)
+    assert plan is not None and plan.p0 > 40 and plan.tokens < 0.6 * rows.input_ids.numel()
+
+
+@pytest.mark.parametrize("loss", ["clip_token", "clip_sequence"])
+def test_shared_step_equals_the_padded_step(tiny, episodes, loss):
+    rows = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    inp = StepInputs(rows=rows, adv=torch.linspace(-1, 1, len(rows)))
+    a = grads_after_step(tiny.model, inp, LossSpec(loss), 100_000)
+    for budget in (100_000, 600):
+        b = grads_after_step(tiny.model, inp, LossSpec(loss), budget, share=True)
         assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(a, b)), budget
 
 

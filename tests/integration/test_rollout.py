@@ -126,3 +126,20 @@ def test_prefix_cache_prefills_only_new_tokens_and_samples_the_same(tiny, chat):
     logp, _ = score(tiny.model, rows, temperature=1.0, budget_tokens=1024)
     m = rows.loss_mask.bool()
     assert (logp[m] - rows.old_logp[m]).abs().max() < 1e-4
+
+
+def test_a_groups_identical_prompts_prefill_once_and_sample_as_alone(tiny, chat):
+    fam = make_family("lookup")
+    tasks = fam.tasks("train")[:2]
+    jobs = [(t, i, g, derive_seed(9, i, g)) for i, t in enumerate(tasks) for g in range(3)]
+    limits = RolloutLimits(max_turns=1, max_new_tokens=10)
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    together = run_episodes(sampler, chat, fam, jobs, limits)
+    prompt = [e.gen_mask.index(1) for e in together]  # the tokens before the first sampled one
+    assert sampler.prefilled_tokens == prompt[0] + prompt[3]  # one pre-fill per distinct prompt
+    assert len({tuple(e.ids) for e in together}) > 2  # the samples of a group still differ
+    for k, job in enumerate(jobs):
+        alone = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+        e = run_episodes(alone, chat, fam, [job], limits)[0]
+        assert e.ids == together[k].ids
+        assert max(abs(x - y) for x, y in zip(e.logp, together[k].logp)) < 1e-4
