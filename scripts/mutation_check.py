@@ -109,6 +109,13 @@ M = [
   "tests/integration/test_rollout.py -k groups"),
  ("a pre-filled prompt spread to the wrong rows", "seeupo/rollout/sampler.py", "spread = torch.tensor([where[first_of[k]] for k in keys], device=dev)",
   "spread = torch.tensor([where[first_of[k]] for k in keys][::-1], device=dev)", "tests/integration/test_rollout.py -k groups"),
+ # buckets:B (tests/integration/test_reference.py)
+ ("a bucket trained as per-turn rows", "seeupo/train/update.py", "        segment = segmented and len(phase) > 1\n", "        segment = False\n",
+  "tests/integration/test_reference.py -k buckets"),
+ ("a bucket's continuation scores only its last turn", "seeupo/train/update.py", "torch.isin(prev.token_turn[j, a:b], torch.tensor(prev_turns)).long()",
+  "(prev.token_turn[j, a:b] == prev_turns[-1]).long()", "tests/integration/test_reference.py -k buckets"),
+ ("a bucket's factor from its latest turn only", "seeupo/train/update.py", "rows.loss_mask = torch.isin(rows.token_turn, torch.tensor(phase)).long() * rows.attention_mask",
+  "rows.loss_mask = torch.isin(rows.token_turn, torch.tensor(phase[-1:])).long() * rows.attention_mask", "tests/integration/test_reference.py -k buckets"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -15,7 +15,7 @@ import torch
 
 from seeupo.core.losses import masked_sum, sequence_log_ratio
 
-ORDERS = ("reverse", "natural", "random", "joint", "window:W", "<list of ints>")
+ORDERS = ("reverse", "natural", "random", "joint", "window:W", "buckets:B", "<list of ints>")
 ALIGNMENTS = ("from_start", "from_end")
 FACTOR_RATIOS = ("full", "geometric", "off")
 
@@ -40,6 +40,10 @@ def turn_order(
     - ``"joint"``: ``[[all turns, ascending]]``
     - ``"window:W"``: the latest ``W`` stages as singletons, latest first, then one joint phase
       with the rest
+    - ``"buckets:B"``: ``B`` phases of consecutive stages (as equal in size as they can be, the
+      later buckets the larger), latest bucket first; ``B`` at least the number of stages is
+      ``"reverse"``. The driver trains each bucket as one segment per episode (SPEC §6 of issue 16:
+      one sequence ratio over the bucket's turns, the factor carried per bucket)
     - a list of ints: singletons in that order, naming indices as given; listed indices absent
       from ``turns`` are skipped, and every index in ``turns`` must be listed
 
@@ -52,6 +56,8 @@ def turn_order(
         [[3], [2], [0, 1]]
         >>> turn_order([0, 1], [2, 1, 0])
         [[1], [0]]
+        >>> turn_order(range(5), "buckets:2")
+        [[2, 3, 4], [0, 1]]
     """
     given = [int(t) for t in turns]
     ts = sorted(set(given))
@@ -92,7 +98,33 @@ def turn_order(
             raise ValueError(f"order {order!r}: the window must be a positive integer, e.g. 'window:2'")
         tail, rest = in_time[-w:], (in_time[:-w] if w < len(in_time) else [])
         return [[t] for t in reversed(tail)] + ([sorted(rest)] if rest else [])
+    if order.startswith("buckets:"):
+        b = bucket_count(order)
+        n = len(in_time)
+        b = min(b, n)
+        sizes = [n // b + (1 if i >= b - n % b else 0) for i in range(b)]  # the latest buckets take the remainder
+        out, start = [], 0
+        for size in sizes:
+            out.append(sorted(in_time[start:start + size]))
+            start += size
+        return out[::-1]
     raise ValueError(f"unknown turn order {order!r}; valid: {', '.join(ORDERS)}")
+
+
+def bucket_count(order: str) -> int:
+    """``B`` of ``"buckets:B"`` (a positive integer; ``ValueError`` with the expected form otherwise)."""
+    try:
+        b = int(order.split(":", 1)[1])
+    except ValueError:
+        b = 0
+    if b < 1:
+        raise ValueError(f"order {order!r}: the bucket count must be a positive integer, e.g. 'buckets:2'")
+    return b
+
+
+def is_segmented(order) -> bool:
+    """Whether an order's multi-turn phases train one segment row per episode (``buckets:B``)."""
+    return isinstance(order, str) and order.startswith("buckets:")
 
 
 def factor_log_ratio(

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from seeupo.core.algorithms import ALGORITHMS, TURNS, Schedule
 from seeupo.core.losses import KL_ESTIMATORS
-from seeupo.core.schedule import turn_order
+from seeupo.core.schedule import is_segmented, turn_order
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -91,8 +91,9 @@ class AlgoConfig(Strict):
     kl_coef: float = Field(0.0, ge=0, description="beta of the KL penalty to the reference policy")
     kl_estimator: str = Field("k3", description="k1 | k2 | k3")
     order: Optional[Union[str, list[int]]] = Field(
-        None, description="turn order override: reverse|natural|random|joint|window:W or a list of turn indices "
-        "(e.g. [1, 0]); a joint algorithm given an order runs phases without the factor")
+        None, description="turn order override: reverse|natural|random|joint|window:W|buckets:B or a list of turn "
+        "indices (e.g. [1, 0]); buckets:B trains B buckets of consecutive turns, latest first, each as one "
+        "segment per episode; a joint algorithm given an order runs phases without the factor")
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
     factor_ratio: Literal["full", "geometric", "off"] = Field(
@@ -128,6 +129,9 @@ class AlgoConfig(Strict):
             raise ValueError(f"algo.schedules has unknown algorithms {unknown}; use: {', '.join(ALGORITHMS)}")
         if isinstance(self.order, str):
             turn_order([0, 1, 2], self.order, rng=0)  # raises with the valid names
+            if is_segmented(self.order) and self.turn_alignment != "from_start":
+                raise ValueError(f"algo.order={self.order!r} needs algo.turn_alignment=from_start (a bucket is a run of "
+                                 "consecutive turns from each episode's first)")
         if ALGORITHMS[self.name].estimator == "gae" and self.effective_order() != "joint":
             raise ValueError(f"algo.order={self.order!r}: {self.name}'s GAE update is joint over trajectory rows; "
                              "drop algo.order (turn orders apply to the critic-free algorithms)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
+from seeupo.core.schedule import factor_log_ratio, is_segmented, turn_order, update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import Continuation
 from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
@@ -108,10 +108,10 @@ def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=N
     return metrics
 
 
-def _continuation(rows: Rows, prev: Rows, prev_turn: int) -> tuple[Continuation, torch.Tensor] | None:
+def _continuation(rows: Rows, prev: Rows, prev_turns: list[int]) -> tuple[Continuation, torch.Tensor] | None:
     """What follows each row of this phase in the previous phase's row of the same episode (that row
-    holds this one as a prefix): the tokens up to the end of the previous phase's turn, with that
-    turn's tokens marked for scoring and their sampling log-probs. None if no row continues."""
+    holds this one as a prefix): the tokens up to the end of the previous phase's turns, with those
+    turns' tokens marked for scoring and their sampling log-probs. None if no row continues."""
     where = {int(e): j for j, e in enumerate(prev.episode.tolist())}
     nat = rows.attention_mask.sum(-1).tolist()
     ends = prev.attention_mask.sum(-1).tolist()
@@ -126,9 +126,25 @@ def _continuation(rows: Rows, prev: Rows, prev_turn: int) -> tuple[Continuation,
         a, b = nat[i], ends[j]
         ids[i, : b - a] = prev.input_ids[j, a:b]
         att[i, : b - a] = 1
-        scored[i, : b - a] = (prev.token_turn[j, a:b] == prev_turn).long()
+        scored[i, : b - a] = torch.isin(prev.token_turn[j, a:b], torch.tensor(prev_turns)).long()
         old[i, : b - a] = prev.old_logp[j, a:b]
     return Continuation(ids, att, scored), old
+
+
+def segment_rows(pools: Rows, phase: list[int]) -> tuple[torch.Tensor, Rows]:
+    """One row per episode that reached the phase: its turn row of the latest of the phase's turns,
+    with the loss on all the phase's turns (a bucket of ``buckets:B`` as one segment). Returns the
+    rows' indices in ``pools`` and the rows."""
+    in_phase = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
+    latest: dict[int, int] = {}
+    for i in in_phase.tolist():
+        e = int(pools.episode[i])
+        if e not in latest or int(pools.turn[i]) > int(pools.turn[latest[e]]):
+            latest[e] = i
+    idx = torch.tensor(sorted(latest.values()), dtype=torch.long)
+    rows = pools.select(idx)
+    rows.loss_mask = torch.isin(rows.token_turn, torch.tensor(phase)).long() * rows.attention_mask
+    return idx, rows
 
 
 def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, order,
@@ -156,20 +172,28 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     phases = turn_order(turns, order, rng=ctx.generator, alignment=alignment)
     per_turn: dict = {}
     all_steps: list[dict] = []
+    segmented = is_segmented(order)
+    if segmented and (alignment != "from_start" or pools.token_turn is None):
+        raise ValueError("buckets:B needs turn rows aligned from the start (with each token's turn)")
     can_fuse = (fuse and carry_factor and ctx.minibatches == 1 and ratio_reference == "sampling"
                 and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None)
-    prev = None  # (rows, turn) of the previous phase, when its factor is still owed
+    prev = None  # (rows, turns) of the previous phase, when its factor is still owed
     ref_all = _reference(ctx, pools)  # the KL reference's log-probs, for every pool in one pass
     for k, phase in enumerate(phases):
-        idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
-        rows = natural = pools.select(idx)
+        segment = segmented and len(phase) > 1
+        if segment:
+            idx, rows = segment_rows(pools, phase)
+        else:
+            idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
+            rows = pools.select(idx)
+        natural = rows
         cont = None
         ref = None if ref_all is None else ref_all[idx][:, : rows.input_ids.shape[1]]
         owed = prev[1] if prev is not None else None
-        if prev is not None and len(phase) == 1 and phase[0] == prev[1] - 1:
+        if prev is not None and (len(phase) == 1 or segment) and min(prev[1]) == max(phase) + 1:
             cont = _continuation(rows, prev[0], prev[1])
         if cont is None and prev is not None:  # not fused: the owed factor by a separate scoring pass
-            _settle(ctx, prev, per_turn, factor_clip, factor, factor_ratio)
+            _settle(ctx, prev, per_turn, factor_clip, factor, factor_ratio, segment=segmented and len(prev[1]) > 1)
         prev = None
         if ratio_reference == "incremental":
             old, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens,
@@ -186,7 +210,8 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         if cont is not None:
             def after_first(inp, slr, rows=rows, owed=owed, mask=cont[0].score_mask):
                 has = mask.sum(-1) > 0
-                per_turn[owed]["ratio_mean"] = float(slr[has].exp().mean()) if bool(has.any()) else 1.0
+                for t in owed:
+                    per_turn[t]["ratio_mean"] = float(slr[has].exp().mean()) if bool(has.any()) else 1.0
                 factor.copy_(update_factor(factor, rows.episode[has], slr[has], clip=factor_clip))
                 return replace(inp, factor=factor[rows.episode], cont=None, cont_old_logp=None)
         f_diag = f_rows if cont is None else None
@@ -194,7 +219,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
         all_steps += steps
         phase_m = _mean(steps)
         for t in phase:
-            sel = rows.turn == t
+            sel = rows.turn >= t if segment else rows.turn == t  # a segment row: episodes that reached t
             f_sel = (f_diag if f_diag is not None else factor[rows.episode])[sel]
             per_turn[t] = {"rows": int(sel.sum()), "adv_x_factor_mean": float((a_rows[sel] * f_sel).mean()),
                            "factor_mean": float(f_sel.mean()), "factor_min": float(f_sel.min()),
@@ -202,10 +227,10 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
                            "kl": phase_m.get("kl", 0.0), "entropy": phase_m.get("entropy", 0.0), "phase": k,
                            "fused": cont is not None}
         if k + 1 < len(phases) and carry_factor:
-            if can_fuse and len(phase) == 1:
-                prev = (natural, phase[0])  # settled by the next phase's first forward (or _settle)
+            if can_fuse and (len(phase) == 1 or segment):
+                prev = (natural, phase)  # settled by the next phase's first forward (or _settle)
             else:
-                _settle(ctx, (rows, None), per_turn, factor_clip, factor, factor_ratio, turns_of_phase=phase)
+                _settle(ctx, (rows, phase), per_turn, factor_clip, factor, factor_ratio, segment=segment)
     metrics = _mean(all_steps)
     _count_steps(metrics, all_steps)
     metrics["phases"] = len(phases)
@@ -216,13 +241,19 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
 
 
 def _settle(ctx: UpdateContext, prev, per_turn: dict, factor_clip, factor: torch.Tensor, factor_ratio: str,
-            turns_of_phase=None):
-    """The factor of a finished phase by its own scoring pass under the updated parameters."""
-    rows, turn = prev
+            segment: bool = False):
+    """The factor of a finished phase by its own scoring pass under the updated parameters. A
+    segment phase has one row per episode: its ratio is the bucket's."""
+    rows, turns = prev
     new, _ = score(ctx.model, rows, temperature=ctx.spec.temperature, budget_tokens=ctx.budget_tokens, pack=ctx.pack,
                    share=ctx.share)
     slr = factor_log_ratio(new, rows.old_logp, rows.loss_mask, factor_ratio)
-    for t in (turns_of_phase or [turn]):
+    if segment:
+        for t in turns:
+            per_turn[t]["ratio_mean"] = float(slr.exp().mean())
+        factor.copy_(update_factor(factor, rows.episode, slr, clip=factor_clip))
+        return
+    for t in turns:
         sel = rows.turn == t
         per_turn[t]["ratio_mean"] = float(slr[sel].exp().mean())
         factor.copy_(update_factor(factor, rows.episode[sel], slr[sel], clip=factor_clip))

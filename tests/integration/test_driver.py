@@ -98,6 +98,14 @@ def test_window_runs_the_latest_turns_alone_then_the_rest_jointly(tmp_path, epis
     assert r["turn"]["0"]["factor_max"] != 1.0 or r["turn"]["0"]["factor_min"] != 1.0
 
 
+def test_buckets_run_through_the_trainer(tmp_path, episodes):
+    r = update(trainer(tmp_path, "algo.order=buckets:2"), episodes)
+    assert r["phase_order"] == [[1, 2], [0]]
+    assert r["optimizer_steps"] == 2 * 2
+    assert r["turn"]["1"]["phase"] == r["turn"]["2"]["phase"] == 0 and r["turn"]["0"]["phase"] == 1
+    assert r["turn"]["0"]["fused"] and r["turn"]["0"]["factor_max"] != r["turn"]["0"]["factor_min"]
+
+
 def test_advantage_clip_reaches_the_update(tmp_path, episodes):
     free = update(trainer(tmp_path / "a"), episodes)
     clipped = update(trainer(tmp_path / "b", "algo.advantage_clip=0.5"), episodes)

@@ -64,17 +64,24 @@ def reference_iteration(model, episodes, adv, *, order, ratio_reference, factor_
     m = copy.deepcopy(model)
     params = [p for p in m.parameters() if p.requires_grad]
     T = max(e.n_turns for e in episodes)
-    turns = list(range(T))[::-1] if order == "reverse" else list(range(T))
+    if isinstance(order, list):  # phases given as lists of turns: each a segment (buckets:B)
+        phases = order
+    else:
+        phases = [[t] for t in (list(range(T))[::-1] if order == "reverse" else list(range(T)))]
     M = [1.0] * len(episodes)
-    for k, t in enumerate(turns[:stop_after_phases]):
-        rows = [i for i, e in enumerate(episodes) if e.n_turns > t]
+
+    def logp_of(i, phase):  # the episode's log-probs on the phase's turns it reached, in order
+        return torch.cat([turn_logp(m, episodes[i], t) for t in phase if episodes[i].n_turns > t])
+
+    for k, phase in enumerate(phases[:stop_after_phases]):
+        rows = [i for i, e in enumerate(episodes) if e.n_turns > min(phase)]
         with torch.no_grad():
-            old = {i: (sampling_logp(episodes[i], t) if ratio_reference == "sampling"
-                       else turn_logp(m, episodes[i], t)) for i in rows}
+            old = {i: (torch.cat([sampling_logp(episodes[i], t) for t in phase if episodes[i].n_turns > t])
+                       if ratio_reference == "sampling" else logp_of(i, phase)) for i in rows}
         for _ in range(EPOCHS):
             total = 0.0
             for i in rows:
-                d = turn_logp(m, episodes[i], t) - old[i]
+                d = logp_of(i, phase) - old[i]
                 rho = torch.exp(d.mean())
                 a = float(adv[i]) * M[i]
                 total = total - torch.minimum(rho * a, torch.clamp(rho, 1 - EPS, 1 + EPS) * a)
@@ -84,10 +91,10 @@ def reference_iteration(model, episodes, adv, *, order, ratio_reference, factor_
                 for p, g in zip(params, grads):
                     if g is not None:
                         p -= LR * g
-        if k + 1 < len(turns):
+        if k + 1 < len(phases):
             with torch.no_grad():
                 for i in rows:
-                    d = turn_logp(m, episodes[i], t) - old[i]
+                    d = logp_of(i, phase) - old[i]
                     w = {"full": math.exp(float(d.sum())), "geometric": math.exp(float(d.mean())),
                          "off": 1.0}[factor_ratio]
                     if factor_clip:
@@ -144,6 +151,33 @@ def test_sequential_update_matches_the_independent_reference(tiny, episodes, ord
     assert d["factor_min"] == pytest.approx(float(f.min()), rel=1e-5)
     assert d["factor_max"] == pytest.approx(float(f.max()), rel=1e-5)
     assert float(f.max() - f.min()) > 1e-3  # the factor differs between episodes at the last phase
+
+
+@pytest.mark.parametrize("factor_ratio", ["full", "geometric"])
+@pytest.mark.parametrize("buckets,phases", [(2, [[1, 2], [0]]), (1, [[0, 1, 2]])])
+@pytest.mark.parametrize("fuse", [True, False])
+def test_buckets_train_each_bucket_as_one_segment(tiny, episodes, buckets, phases, factor_ratio, fuse):
+    """buckets:B: one row per episode per bucket, one sequence ratio over the bucket's turns, the
+    factor carried per bucket (fused into the next bucket's first forward, or a separate pass)."""
+    pad = tiny.tokenizer.pad_token_id
+    ref, M = reference_iteration(tiny.model, episodes, ADV, order=phases, ratio_reference="sampling",
+                                 factor_ratio=factor_ratio, factor_clip=None)
+    lib, metrics, per_turn = library_iteration(tiny.model, episodes, ADV, pad, order=f"buckets:{buckets}",
+                                               factor_ratio=factor_ratio, fuse=fuse)
+    assert metrics["phase_order"] == phases
+    assert metrics["optimizer_steps"] == len(phases) * EPOCHS
+    assert max_gap(ref, lib) < 1e-6, max_gap(ref, lib)
+    assert max_gap(ref, tiny.model) > 1e-3
+    if len(phases) > 1:
+        f = torch.tensor([M[i] for i, e in enumerate(episodes)], dtype=torch.float64)
+        assert per_turn[0]["factor_min"] == pytest.approx(float(f.min()), rel=1e-5)
+        assert per_turn[0]["factor_max"] == pytest.approx(float(f.max()), rel=1e-5)
+        assert per_turn[0]["fused"] is fuse and per_turn[0]["rows"] == len(episodes)
+        assert [per_turn[t]["rows"] for t in (1, 2)] == [sum(e.n_turns > t for e in episodes) for t in (1, 2)]
+        # per-turn rows would be another update: each turn its own sequence ratio
+        per_turn_ref, _ = reference_iteration(tiny.model, episodes, ADV, order=[[2], [1], [0]],
+                                              ratio_reference="sampling", factor_ratio=factor_ratio, factor_clip=None)
+        assert max_gap(ref, per_turn_ref) > 1e-5
 
 
 def test_sampling_and_incremental_references_give_different_parameters(tiny, episodes):

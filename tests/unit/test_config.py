@@ -32,6 +32,8 @@ def test_overrides_are_typed():
     ("algo.minibatches=true", "an integer >= 1 or 'turns'"),
     ("algo.name=ppo algo.order=reverse", "GAE update is joint"),
     ("algo.placeholders=true algo.turn_alignment=from_end", "cannot be combined"),
+    ("algo.order=buckets:0", "bucket count must be a positive integer"),
+    ("algo.order=buckets:2 algo.turn_alignment=from_end", "needs algo.turn_alignment=from_start"),
     ("nonsense", "section.key=value"),
 ])
 def test_bad_config_fails_with_the_fix(override, message):
