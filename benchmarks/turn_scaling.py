@@ -1,5 +1,8 @@
 """SeeUPO and GRPO learner time per iteration as episodes get longer (2, 4, 8, 16 turns) and as the
-mix of episode lengths changes, on synthetic stored episodes (fixed-size turns, random ids).
+mix of episode lengths changes, on synthetic stored episodes (fixed-size turns, random ids):
+SeeUPO's exact reverse schedule (one phase per turn) and its bucketed schedules (``buckets:2``,
+``buckets:4``) against GRPO on trajectory rows (keys ``reverse_over_grpo_traj_T``,
+``buckets2_over_grpo_traj_T``, ``buckets4_over_grpo_traj_T``).
 
     python benchmarks/turn_scaling.py --quick --json runs/bench/turn_scaling.json   # under 2 minutes
     python benchmarks/turn_scaling.py --json runs/bench/turn_scaling_full.json       # SmolLM2-135M + LoRA
@@ -22,8 +25,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import finish, loglog_slope, reset, score_sampling_logp, synthetic_episodes  # noqa: E402
 
-# GRPO with one optimizer step per iteration, as docs/performance.md measured it
-VARIANTS = {"seeupo": ["algo.name=seeupo"], "grpo": ["algo.name=grpo", "algo.rows=trajectory", "algo.minibatches=1"]}
+# GRPO with one optimizer step per iteration on trajectory rows, as docs/performance.md measured it;
+# SeeUPO's exact reverse schedule and its bucketed schedules (algo.order=buckets:B, issue 16)
+VARIANTS = {"seeupo": ["algo.name=seeupo"], "grpo": ["algo.name=grpo", "algo.rows=trajectory", "algo.minibatches=1"],
+            "buckets2": ["algo.name=seeupo", "algo.order=buckets:2"],
+            "buckets4": ["algo.name=seeupo", "algo.order=buckets:4"]}
 
 
 def settings(quick: bool) -> dict[str, list[int]]:
@@ -77,9 +83,11 @@ def main(argv=None) -> dict:
             "seconds_median": {v: statistics.median(t) for v, t in times.items()},
         }
         m = results[name]["seconds_median"]
+        results[name]["over_grpo_traj"] = {v: m[v] / m["grpo"] for v in VARIANTS if v != "grpo"}
         print(f"{name:16s} traj tokens {results[name]['trajectory_tokens']:6d}  turn-row tokens "
               f"{results[name]['turn_row_tokens']:7d}  SeeUPO {m['seeupo']:6.2f} s  GRPO {m['grpo']:6.2f} s  "
-              f"ratio {m['seeupo'] / m['grpo']:.2f}")
+              f"over GRPO(traj): reverse {m['seeupo'] / m['grpo']:.2f}, buckets:2 {m['buckets2'] / m['grpo']:.2f}, "
+              f"buckets:4 {m['buckets4'] / m['grpo']:.2f}")
     names = list(results)
     t_see = [results[n]["seconds_median"]["seeupo"] for n in names]
     out = {
@@ -89,6 +97,11 @@ def main(argv=None) -> dict:
         "slope_grpo_vs_trajectory_tokens": loglog_slope([results[n]["trajectory_tokens"] for n in names],
                                                         [results[n]["seconds_median"]["grpo"] for n in names]),
     }
+    for T in (2, 4, 8, 16):
+        if f"all_{T}" in results:
+            for v in ("seeupo", "buckets2", "buckets4"):
+                key = "reverse" if v == "seeupo" else v
+                out[f"{key}_over_grpo_traj_{T}"] = results[f"all_{T}"]["over_grpo_traj"][v]
     print(f"log-log slopes: SeeUPO time vs turn-row tokens {out['slope_seeupo_vs_turn_row_tokens']:.2f}, "
           f"vs trajectory tokens {out['slope_seeupo_vs_trajectory_tokens']:.2f}; GRPO time vs trajectory tokens "
           f"{out['slope_grpo_vs_trajectory_tokens']:.2f}")

@@ -69,6 +69,8 @@ def _shared_micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
     lens = rows.attention_mask.sum(-1).tolist()
     order, adj = SharedPrefix.sort([rows.input_ids[b, :n].tolist() for b, n in enumerate(lens)])
     lens = [lens[b] for b in order]
+    if len(lens) > 1 and SharedPrefix.cost(lens, adj) == len(lens) * max(lens):
+        return micro_batches(rows, budget_tokens)  # nothing shared: longest rows first, less padding
     groups, start = [], 0
     for end in range(1, len(order) + 1):  # [start, end) is the group so far; it takes row end - 1
         if end - start > 1 and SharedPrefix.cost(lens[start:end], adj[start:end - 1]) > budget_tokens:
