@@ -116,6 +116,13 @@ M = [
   "(prev.token_turn[j, a:b] == prev_turns[-1]).long()", "tests/integration/test_reference.py -k buckets"),
  ("a bucket's factor from its latest turn only", "seeupo/train/update.py", "rows.loss_mask = torch.isin(rows.token_turn, torch.tensor(phase)).long() * rows.attention_mask",
   "rows.loss_mask = torch.isin(rows.token_turn, torch.tensor(phase[-1:])).long() * rows.attention_mask", "tests/integration/test_reference.py -k buckets"),
+ # turn adapters (tests/integration/test_turn_adapters.py)
+ ("rows not split by adapter", "seeupo/train/learner.py", "    if ta is None or not by_adapter:\n", "    if True:\n",
+  "tests/integration/test_turn_adapters.py -k gradients"),
+ ("a turn generated under the previous turn's adapter", "seeupo/rollout/sampler.py", "            self.turn_adapters.activate(a)\n", "            pass\n",
+  "tests/integration/test_turn_adapters.py -k rollouts"),
+ ("a prefix cache carried across adapters", "seeupo/rollout/sampler.py", "        if a != self.turn_adapters.active:\n            self._prefixes = {}\n",
+  "        if a != self.turn_adapters.active:\n", "tests/integration/test_turn_adapters.py -k rollouts"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -126,6 +126,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
         if not batch:
             live = []
             break
+        if hasattr(policy, "begin_turn"):  # a policy with turn-specific parameters (models.turns)
+            policy.begin_turn(turn)
         samples = policy.act([
             # one token of the context stays free: a reply cut at its limit gets a closing end-of-turn
             Request(lv.ep.ids, lv.gen, min(limits.max_new_tokens, limits.max_context - len(lv.ep.ids) - 1), lv.env)

@@ -87,6 +87,19 @@ class HFSampler:
         self._prefixes: dict[torch.Generator, _Prefix] = {}
         self.prefilled_tokens = 0  # tokens run through the model before the first sampled token (diagnostic)
 
+    turn_adapters = None  # models.turns.TurnAdapters: generate turn t under its adapter
+
+    def begin_turn(self, turn: int) -> None:
+        """The episode runner is about to generate turn ``turn``: with turn adapters, switch to its
+        adapter; a cached prefix computed under another adapter is dropped (the turn's policy reads
+        its whole context with its own parameters)."""
+        if self.turn_adapters is None:
+            return
+        a = self.turn_adapters.of(turn)
+        if a != self.turn_adapters.active:
+            self._prefixes = {}
+            self.turn_adapters.activate(a)
+
     def act(self, requests: list[Request]) -> list[Sample]:
         return self.generate([r.ids for r in requests], [r.generator for r in requests],
                              [r.max_new_tokens for r in requests])

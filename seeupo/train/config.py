@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from seeupo.core.algorithms import ALGORITHMS, TURNS, Schedule
 from seeupo.core.losses import KL_ESTIMATORS
 from seeupo.core.schedule import is_segmented, turn_order
+from seeupo.models.turns import adapter_count
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -29,6 +30,16 @@ class ModelConfig(Strict):
     lora_r: int = Field(16, ge=1, description="LoRA rank")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter dtype")
+    turn_adapters: str = Field("shared", description="shared (one policy for every turn), per_turn (a LoRA adapter "
+                               "per turn index) or buckets:B (B adapters over consecutive turn indices); each turn "
+                               "runs its adapter over its whole context (docs/train.md, 'Turn adapters'). With "
+                               "model.lora=false the base is fine-tuned too, shared by every turn")
+
+    @field_validator("turn_adapters")
+    @classmethod
+    def _turn_adapters(cls, v):
+        adapter_count(v, 1)  # raises with the valid names
+        return v
 
 
 class EnvConfig(Strict):
@@ -231,6 +242,24 @@ class Config(Strict):
         if self.algo.placeholders and self.algo.turn_alignment == "from_end":
             raise ValueError("algo.placeholders counts unreached turn indices from the start; it cannot be combined "
                              "with algo.turn_alignment=from_end")
+        if self.model.turn_adapters != "shared":
+            ta = f"model.turn_adapters={self.model.turn_adapters}"
+            if self.rollout.backend != "hf":
+                raise ValueError(f"{ta} runs on rollout.backend=hf (the vLLM worker serves one adapter)")
+            if self.parallel.strategy == "fsdp2":
+                raise ValueError(f"{ta} is not supported with parallel.strategy=fsdp2; use ddp")
+            if algo.estimator == "gae":
+                raise ValueError(f"{ta}: PPO's GAE update trains trajectory rows, which span turns run by different "
+                                 "adapters; use a critic-free algorithm")
+            if not algo.sequential and self.algo.effective_order() == "joint" and self.algo.rows != "turn":
+                raise ValueError(f"{ta}: {self.algo.name} on trajectory rows mixes turns run by different adapters; "
+                                 "set algo.rows=turn")
+            if is_segmented(self.algo.effective_order()):
+                raise ValueError(f"{ta} cannot be combined with algo.order={self.algo.order} (a bucket's segment row "
+                                 "spans turns run by different adapters)")
+            if self.algo.turn_alignment != "from_start" or self.algo.placeholders:
+                raise ValueError(f"{ta} needs algo.turn_alignment=from_start and no algo.placeholders (a row's turn "
+                                 "index names its adapter)")
         order = self.algo.order
         if isinstance(order, list) and sorted(order) != list(range(self.rollout.max_turns)):
             raise ValueError(f"algo.order={order} must list every turn index 0..{self.rollout.max_turns - 1} once "

@@ -9,6 +9,7 @@ split into micro-batches (tested).
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,33 @@ def _shared_micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
     return groups
 
 
+def turn_adapters_of(model):
+    """The model's turn adapters (``models.turns.TurnAdapters``), or None (one shared policy)."""
+    return getattr(model, "seeupo_turn_adapters", None)
+
+
+def planned_micro_batches(model, rows: Rows, budget_tokens: int, pack: int = 0, share: bool = False,
+                          by_adapter: bool = True) -> list[tuple[torch.Tensor, int | None]]:
+    """``micro_batches`` as ``(indices, adapter)``: with turn adapters (and ``by_adapter``), each
+    micro-batch holds the rows of one adapter (a turn row runs under its turn's adapter); otherwise
+    adapter None (the model as it is)."""
+    ta = turn_adapters_of(model)
+    if ta is None or not by_adapter:
+        return [(g, None) for g in micro_batches(rows, budget_tokens, pack, share)]
+    which = ta.of_rows(rows.turn)
+    out = []
+    for a in sorted(set(which.tolist())):
+        sub = torch.nonzero(which == a).squeeze(-1)
+        out += [(sub[g], a) for g in micro_batches(rows.select(sub), budget_tokens, pack, share)]
+    return out
+
+
+def adapter(model, a: int | None):
+    """The context that runs the model under adapter ``a`` (nothing to do without turn adapters)."""
+    ta = turn_adapters_of(model)
+    return nullcontext() if ta is None or a is None else ta.using(a)
+
+
 @torch.no_grad()
 def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
           value_head: ValueHead | None = None, pack: int = 0, share: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -91,10 +119,11 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
     model.eval()
     dev = model_device(model)
     share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
-    for idx, real in parallel.mine_padded(micro_batches(rows, budget_tokens, pack, share)):
+    for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, rows, budget_tokens, pack, share)):
         mb = rows.select(idx).to(dev)
-        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                           temperature=temperature, value_head=value_head, with_entropy=False, pack=pack, share=share)
+        with adapter(model, a):
+            s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=temperature,
+                               value_head=value_head, with_entropy=False, pack=pack, share=share)
         if not real:
             continue
         w = mb.input_ids.shape[1]
@@ -194,15 +223,16 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     dev = model_device(model)
     pack = 0 if inp.cont is not None else pack  # a continuation needs each row's own KV cache
     share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
-    for idx, real in parallel.mine_padded(micro_batches(inp.rows, budget_tokens, pack, share)):
+    for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, inp.rows, budget_tokens, pack, share)):
         mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]
         cont = c_old = None
         if inp.cont is not None:
             cont, c_old = inp.cont_rows(idx)
             cont, c_old = cont.to(dev), c_old.to(dev)
-        s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
-                           value_head=value_head, continuation=cont, pack=pack, share=share)
+        with adapter(model, a):  # its backward needs no adapter switch: the graph holds the weights used
+            s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, temperature=spec.temperature,
+                               value_head=value_head, continuation=cont, pack=pack, share=share)
         adv = (inp.adv[idx] if inp.adv.dim() == 1 else inp.adv[idx, :w]).to(dev)
         factor = inp.factor[idx].to(dev) if inp.factor is not None else None
         if cont is not None:  # fused: the previous turn's ratio from this same forward

@@ -25,6 +25,7 @@ from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.envs.base import make_family
 from seeupo.models.loading import DEFAULT_MODEL, ModelNotAvailable, load_model
 from seeupo.models.policy import Scorer, ValueHead, apply_lora
+from seeupo.models.turns import add_turn_adapters
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
@@ -187,8 +188,15 @@ class Trainer:
             raise InputError(str(e)) from None
         self.tokenizer = lm.tokenizer
         model = lm.model.to(self.device)
-        if cfg.model.lora:
+        self.turn_adapters = None
+        if cfg.model.lora or cfg.model.turn_adapters != "shared":
             model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
+            self.turn_adapters = add_turn_adapters(model, cfg.model.turn_adapters, cfg.rollout.max_turns,
+                                                   seed=cfg.run.seed)
+            if not cfg.model.lora:  # full fine-tuning of the shared base, turn adapters on top
+                for p in model.get_base_model().parameters():
+                    p.requires_grad_(True)
+            model.seeupo_turn_adapters = self.turn_adapters  # the learner splits rows by adapter (learner.adapter)
         self.model = model
         # KL reference: the trainable tensors at the start of RL (after the warm-up), swapped in to score
         self.reference_state: dict[str, torch.Tensor] | None = None
@@ -213,6 +221,7 @@ class Trainer:
             self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
                                      temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size,
                                      prefix_cache=cfg.rollout.prefix_cache)
+            self.sampler.turn_adapters = self.turn_adapters
         self.state: dict = {}
         self._signals = _Signals(self._say)  # replaced by the run's own (installed) one
         self._log = NullLog()
@@ -494,11 +503,18 @@ class Trainer:
                 tick(next(done))
             self._check_stop()  # every process takes every warm-up step
 
+        # turn adapters on a fully fine-tuned base: the warm-up (a format lesson for every turn) trains
+        # the shared base alone, the adapters stay at zero (LoRA at the warm-up's full-fine-tuning
+        # learning rate breaks the format: the tiny preset's 1e-2 left a loss of 1.2-1.3, not 0.08)
+        base_only = self.turn_adapters is not None and not cfg.model.lora
+        params = [p for n, p in self.named_params if "lora_" not in n] if base_only else self.params
+        if base_only:
+            self.turn_adapters.activate(0)
         try:
             self.state["warmup"] = warmup(
-                self.learner_model, self.params, self.chat, self.family, self.limits, cfg.warmup,
+                self.learner_model, params, self.chat, self.family, self.limits, cfg.warmup,
                 seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
-                share=cfg.optim.share_prefix, progress=progress)
+                share=cfg.optim.share_prefix, by_adapter=not base_only, progress=progress)
         finally:
             close()
         self._weights_changed()

@@ -17,7 +17,7 @@ import torch
 from seeupo.core.schedule import factor_log_ratio, is_segmented, turn_order, update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import Continuation
-from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score
+from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score, turn_adapters_of
 
 
 @dataclass
@@ -175,8 +175,10 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     segmented = is_segmented(order)
     if segmented and (alignment != "from_start" or pools.token_turn is None):
         raise ValueError("buckets:B needs turn rows aligned from the start (with each token's turn)")
+    # (with turn adapters a turn's ratio comes from its own adapter, not from the previous phase's cache)
     can_fuse = (fuse and carry_factor and ctx.minibatches == 1 and ratio_reference == "sampling"
-                and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None)
+                and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None
+                and turn_adapters_of(ctx.model) is None)
     prev = None  # (rows, turns) of the previous phase, when its factor is still owed
     ref_all = _reference(ctx, pools)  # the KL reference's log-probs, for every pool in one pass
     for k, phase in enumerate(phases):

@@ -12,12 +12,12 @@ import random
 
 import torch
 
-from seeupo.data.episode import derive_seed, trajectory_rows
+from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
 from seeupo.models.policy import token_logprobs
 from seeupo.rollout.runner import run_episodes
 from seeupo.rollout.sampler import ScriptedPolicy
 from seeupo.train import parallel
-from seeupo.train.learner import adamw, micro_batches, model_device
+from seeupo.train.learner import adamw, adapter, model_device, planned_micro_batches, turn_adapters_of
 
 
 def demonstrations(chat, family, limits, *, n: int, seed: int):
@@ -29,13 +29,17 @@ def demonstrations(chat, family, limits, *, n: int, seed: int):
 
 
 def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
-           share: bool = False, progress=None) -> dict:
-    """Supervised steps on demonstrations; returns the mean loss of the first and last steps."""
+           share: bool = False, by_adapter: bool = True, progress=None) -> dict:
+    """Supervised steps on demonstrations; returns the mean loss of the first and last steps.
+    ``by_adapter=False``: a model with turn adapters trains as it is (its active adapter), one row per
+    episode."""
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
-    rows = trajectory_rows(episodes, chat.tok.pad_token_id)
+    # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
+    per_turn = by_adapter and turn_adapters_of(model) is not None
+    rows = (turn_rows if per_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
     opt = adamw(params, cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
-    steps = cfg.epochs * -(-len(rows) // cfg.batch_episodes)
+    steps = cfg.epochs * -(-len(episodes) // cfg.batch_episodes)
     if cfg.lr_schedule == "linear":  # ends at lr / steps: the last steps settle the format
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - k / steps)
     else:
@@ -43,18 +47,19 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
     losses = []
     model.train()
     for _ in range(cfg.epochs):
-        perm = torch.randperm(len(rows), generator=gen)
+        perm = torch.randperm(len(episodes), generator=gen)
         for chunk in perm.split(cfg.batch_episodes):
-            batch = rows.select(chunk)
+            batch = rows.select(torch.nonzero(torch.isin(rows.episode, chunk)).squeeze(-1) if per_turn else chunk)
             n_tok = float(batch.loss_mask.sum())
             opt.zero_grad(set_to_none=True)
             total = 0.0
             grads = parallel.GradAccumulator(params)
             share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
-            for idx, real in parallel.mine_padded(micro_batches(batch, budget_tokens, pack, share)):
+            for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, batch, budget_tokens, pack, share, per_turn)):
                 mb = batch.select(idx).to(model_device(model))
-                s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False, pack=pack,
-                                   share=share)
+                with adapter(model, a):
+                    s = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, with_entropy=False,
+                                       pack=pack, share=share)
                 loss = -(s.logp * mb.loss_mask).sum() / n_tok * (1.0 if real else 0.0)
                 loss.backward()
                 grads.add()

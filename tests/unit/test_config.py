@@ -33,6 +33,11 @@ def test_overrides_are_typed():
     ("algo.name=ppo algo.order=reverse", "GAE update is joint"),
     ("algo.placeholders=true algo.turn_alignment=from_end", "cannot be combined"),
     ("algo.order=buckets:0", "bucket count must be a positive integer"),
+    ("model.turn_adapters=every", "shared, per_turn, buckets:B"),
+    ("model.turn_adapters=per_turn algo.name=grpo", "set algo.rows=turn"),
+    ("model.turn_adapters=per_turn algo.name=ppo", "PPO's GAE update"),
+    ("model.turn_adapters=per_turn algo.order=buckets:2", "cannot be combined"),
+    ("model.turn_adapters=per_turn rollout.backend=vllm", "runs on rollout.backend=hf"),
     ("algo.order=buckets:2 algo.turn_alignment=from_end", "needs algo.turn_alignment=from_start"),
     ("nonsense", "section.key=value"),
 ])

@@ -1,0 +1,116 @@
+"""Turn-specific parameters (issue 16): a LoRA adapter per turn index or per bucket of turns.
+
+HAML, the theory behind SeeUPO, gives every turn (every virtual agent) its own policy; an LLM
+shares one set of parameters across turns. ``model.turn_adapters`` narrows that gap:
+
+- ``shared``: one adapter for every turn (the default; nothing here is used);
+- ``per_turn``: adapter ``t`` for turn ``t`` (``rollout.max_turns`` adapters);
+- ``buckets:B``: ``B`` adapters over consecutive runs of turn indices (turn ``t`` of ``T =
+  rollout.max_turns`` uses adapter ``t * B // T``).
+
+Turn ``t``'s policy is the base model plus adapter ``a(t)`` applied to the **whole** context it reads
+(the agent's parameters process its own observation), so a turn's tokens get gradients only in its
+own adapter; a row holds one turn's loss and runs under that turn's adapter (the learner splits rows
+by adapter), generation sets the adapter of the turn being generated, and a turn's prompt is pre-filled
+under its own adapter (no key/value cache carried over from a turn run under another adapter).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+SPECS = ("shared", "per_turn", "buckets:B")
+
+
+def adapter_count(spec: str, max_turns: int) -> int:
+    """Adapters of a spec (1 for ``shared``); ``ValueError`` naming the valid specs otherwise."""
+    if spec == "shared":
+        return 1
+    if spec == "per_turn":
+        return max_turns
+    if spec.startswith("buckets:"):
+        try:
+            b = int(spec.split(":", 1)[1])
+        except ValueError:
+            b = 0
+        if b < 1:
+            raise ValueError(f"model.turn_adapters={spec!r}: the bucket count must be a positive integer, e.g. buckets:2")
+        return min(b, max_turns)
+    raise ValueError(f"model.turn_adapters={spec!r}; valid: {', '.join(SPECS)}")
+
+
+class TurnAdapters:
+    """The adapters of one PEFT model and which one each turn uses.
+
+    Example:
+        >>> TurnAdapters.index_of(5, n=2, max_turns=6), TurnAdapters.index_of(2, n=2, max_turns=6)
+        (1, 0)
+    """
+
+    def __init__(self, model: nn.Module, spec: str, max_turns: int):
+        self.model, self.spec, self.max_turns = model, spec, max_turns
+        self.n = adapter_count(spec, max_turns)
+        self.names = [self.name(i) for i in range(self.n)]
+        self._layers = [m for m in model.modules() if hasattr(m, "_active_adapter") and hasattr(m, "lora_A")]
+        self.active: int | None = None
+
+    @staticmethod
+    def name(i: int) -> str:
+        return "default" if i == 0 else f"turn{i}"  # adapter 0 keeps PEFT's name (shared checkpoints alike)
+
+    @staticmethod
+    def index_of(turn: int, *, n: int, max_turns: int) -> int:
+        return min(max(int(turn), 0) * n // max_turns, n - 1)
+
+    def of(self, turn: int) -> int:
+        """The adapter of turn ``turn`` (turns past ``max_turns - 1`` use the last)."""
+        return self.index_of(turn, n=self.n, max_turns=self.max_turns)
+
+    def of_rows(self, turns: torch.Tensor) -> torch.Tensor:
+        """Adapters of turn rows ``[R]`` (a trajectory row, turn -1, has none: ``ValueError``)."""
+        if bool((turns < 0).any()):
+            raise ValueError("turn adapters need one row per turn (a trajectory row spans turns run by different "
+                             "adapters): use turn rows")
+        return torch.tensor([self.of(int(t)) for t in turns.tolist()], dtype=torch.long)
+
+    def activate(self, i: int) -> None:
+        """Make adapter ``i`` the one every LoRA layer applies, without touching ``requires_grad``
+        (PEFT's ``set_adapter`` freezes the others, which would drop them from the optimizer)."""
+        if self.active == i:
+            return
+        for m in self._layers:
+            m._active_adapter = [self.names[i]]
+        self.active = i
+
+    @contextmanager
+    def using(self, i: int):
+        prev = self.active
+        self.activate(i)
+        try:
+            yield
+        finally:
+            if prev is not None:
+                self.activate(prev)
+
+
+def add_turn_adapters(model: nn.Module, spec: str, max_turns: int, *, seed: int = 0) -> TurnAdapters | None:
+    """Give a PEFT model the adapters of ``spec`` beyond its first (copies of its configuration, each
+    initialised from its own seed; LoRA's zero-initialised B makes every turn start as the shared
+    policy), all trainable; None for ``shared``."""
+    if spec == "shared":
+        return None
+    n = adapter_count(spec, max_turns)
+    config = model.peft_config["default"]
+    for i in range(1, n):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed * 1000 + i)
+            model.add_adapter(TurnAdapters.name(i), config)
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.requires_grad_(True)
+    ta = TurnAdapters(model, spec, max_turns)
+    ta.activate(0)
+    return ta
