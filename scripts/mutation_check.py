@@ -123,6 +123,8 @@ M = [
   "tests/integration/test_turn_adapters.py -k rollouts"),
  ("a prefix cache carried across adapters", "seeupo/rollout/sampler.py", "        if a != self.turn_adapters.active:\n            self._prefixes = {}\n",
   "        if a != self.turn_adapters.active:\n", "tests/integration/test_turn_adapters.py -k rollouts"),
+ ("every turn's forward gets the first turn's vector", "seeupo/models/turns.py", "out + self.embedding[self.active].to(out.dtype)",
+  "out + self.embedding[0].to(out.dtype)", "tests/integration/test_turn_adapters.py -k embedding"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

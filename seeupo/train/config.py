@@ -35,6 +35,9 @@ class ModelConfig(Strict):
                                "runs its adapter over its whole context (docs/train.md, 'Turn adapters'). With "
                                "model.lora=false the base is fine-tuned too, shared by every turn")
 
+    turn_embedding: bool = Field(False, description="a learned vector per turn index (zero at the start) added to "
+                                 "the input embeddings of that turn's forward, its whole context (docs/train.md)")
+
     @field_validator("turn_adapters")
     @classmethod
     def _turn_adapters(cls, v):
@@ -242,8 +245,9 @@ class Config(Strict):
         if self.algo.placeholders and self.algo.turn_alignment == "from_end":
             raise ValueError("algo.placeholders counts unreached turn indices from the start; it cannot be combined "
                              "with algo.turn_alignment=from_end")
-        if self.model.turn_adapters != "shared":
-            ta = f"model.turn_adapters={self.model.turn_adapters}"
+        if self.model.turn_adapters != "shared" or self.model.turn_embedding:
+            ta = (f"model.turn_adapters={self.model.turn_adapters}" if self.model.turn_adapters != "shared"
+                  else "model.turn_embedding=true")
             if self.rollout.backend != "hf":
                 raise ValueError(f"{ta} runs on rollout.backend=hf (the vLLM worker serves one adapter)")
             if self.parallel.strategy == "fsdp2":

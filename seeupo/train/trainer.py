@@ -188,15 +188,14 @@ class Trainer:
             raise InputError(str(e)) from None
         self.tokenizer = lm.tokenizer
         model = lm.model.to(self.device)
-        self.turn_adapters = None
         if cfg.model.lora or cfg.model.turn_adapters != "shared":
             model = apply_lora(model, r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, seed=cfg.run.seed)
-            self.turn_adapters = add_turn_adapters(model, cfg.model.turn_adapters, cfg.rollout.max_turns,
-                                                   seed=cfg.run.seed)
             if not cfg.model.lora:  # full fine-tuning of the shared base, turn adapters on top
                 for p in model.get_base_model().parameters():
                     p.requires_grad_(True)
-            model.seeupo_turn_adapters = self.turn_adapters  # the learner splits rows by adapter (learner.adapter)
+        self.turn_adapters = add_turn_adapters(model, cfg.model.turn_adapters, cfg.rollout.max_turns,
+                                               seed=cfg.run.seed, embedding=cfg.model.turn_embedding)
+        model.seeupo_turn_adapters = self.turn_adapters  # the learner splits rows by slot (learner.adapter)
         self.model = model
         # KL reference: the trainable tensors at the start of RL (after the warm-up), swapped in to score
         self.reference_state: dict[str, torch.Tensor] | None = None
@@ -507,7 +506,8 @@ class Trainer:
         # the shared base alone, the adapters stay at zero (LoRA at the warm-up's full-fine-tuning
         # learning rate breaks the format: the tiny preset's 1e-2 left a loss of 1.2-1.3, not 0.08)
         base_only = self.turn_adapters is not None and not cfg.model.lora
-        params = [p for n, p in self.named_params if "lora_" not in n] if base_only else self.params
+        params = ([p for n, p in self.named_params if "lora_" not in n and "seeupo_turn_embedding" not in n]
+                  if base_only else self.params)
         if base_only:
             self.turn_adapters.activate(0)
         try:

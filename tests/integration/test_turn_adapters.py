@@ -135,3 +135,43 @@ def test_train_resume_and_evaluate_with_per_turn_adapters(tmp_path):
     assert {k.split(".")[-2] for k in t if "lora_" in k} == {"default", "turn1"}  # the tiny preset's 2 turns
     res = run.invoke(app, ["eval", "--checkpoint", str(tmp_path / "part"), "--max-tasks", "2", "--k", "2"])
     assert res.exit_code == 0 and "avg@2" in res.output, res.output
+
+
+def test_turn_embedding_trains_only_its_turns_vector(tiny, episodes):
+    pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
+    for t in range(TURNS):
+        m = copy.deepcopy(tiny.model)
+        ta = add_turn_adapters(m, "shared", TURNS, embedding=True)
+        m.seeupo_turn_adapters = ta
+        sel = torch.nonzero(pools.turn == t).squeeze(-1)
+        before = sgd_step(m, pools.select(sel), torch.linspace(-1, 1, len(sel)))
+        moved = (m.seeupo_turn_embedding.detach() - before["seeupo_turn_embedding"]).abs().amax(-1)
+        assert moved[t] > 0 and all(moved[s] == 0 for s in range(TURNS) if s != t), (t, moved)
+    # a vector changes what its turn's forward computes (and nothing else's)
+    with torch.no_grad():
+        m.seeupo_turn_embedding.zero_()
+        m.seeupo_turn_embedding[1] = torch.randn(m.seeupo_turn_embedding.shape[1])
+    a, _ = score(m, pools, temperature=1.0, budget_tokens=4096)
+    m.seeupo_turn_embedding.data.zero_()
+    b, _ = score(m, pools, temperature=1.0, budget_tokens=4096)
+    mask = pools.loss_mask.bool()
+    for t in range(TURNS):
+        gap = (a - b)[mask & (pools.turn == t).unsqueeze(-1)].abs().max()
+        assert (gap > 1e-3) if t == 1 else (gap == 0), (t, gap)
+
+
+def test_train_with_a_turn_embedding(tmp_path):
+    from seeupo.train.config import load_config
+    from seeupo.train.trainer import Trainer
+
+    cfg = load_config("tiny", ["warmup.episodes=16", "warmup.epochs=1", "eval.tasks=2", "eval.k=2",
+                               "rollout.tasks_per_iteration=2", "rollout.group_size=2", "run.loggers=[jsonl]",
+                               "run.iterations=2", "model.turn_embedding=true", f"run.out={tmp_path}"])
+    tr = Trainer(cfg)
+    tr.run()
+    vec = tr.model.seeupo_turn_embedding
+    assert any(p is vec for p in tr.params) and any(p is vec for g in tr.optimizer.param_groups for p in g["params"])
+    from safetensors.torch import load_file
+
+    saved = load_file(str(sorted((tmp_path / "checkpoints").glob("iter-*"))[-1] / "trainable.safetensors"))
+    assert torch.equal(saved["seeupo_turn_embedding"], vec.detach())
