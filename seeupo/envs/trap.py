@@ -17,6 +17,15 @@ is ``guess_p``. Warm-up demonstrations are answer-blind: a random tool on a rand
 Per step ``info["count/guess"]`` / ``info["count/vault"]`` say which way an episode went (the trainer
 reports their means as ``env/guess`` and ``env/vault``); a run whose final iterations mostly guess has
 ended in the trap.
+
+Knobs that break the bandit assumption (each 0 by default, as in ``lookup``; issue 16's robustness sweep):
+
+- ``intermediate_reward``: reward ``w`` when the first call vaults the asked key (shaping: a per-turn
+  reward on the path to the optimum);
+- ``observation_noise``: probability that the vault's answer carries a distractor line naming another
+  code (the sealed code is still given);
+- ``tool_failure``: probability that a vault call fails with "busy, try again" (a stochastic tool; the
+  episode then gets one more turn, ``max_turns`` 3).
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ class TrapOptions(BaseModel):
     code_pool: Optional[list[str]] = Field(["amber", "coral", "ivory"], description="words codes are drawn from "
                                            "(null: 8 built-in words)")
     guess_p: float = Field(0.5, ge=0.0, le=1.0, description="P(a guess on the asked key is right): the trap value")
+    intermediate_reward: float = Field(0.0, ge=0.0, le=1.0, description="reward for vaulting the asked key (shaping)")
+    observation_noise: float = Field(0.0, ge=0.0, le=1.0, description="P(a distractor code line in the vault's answer)")
+    tool_failure: float = Field(0.0, ge=0.0, le=1.0, description="P(a vault call fails with 'busy, try again')")
     train_tasks: int = Field(256, ge=1, description="tasks in the train split")
     test_tasks: int = Field(64, ge=1, description="tasks in the held-out test split")
     parser: str = Field("json", description="tool-call parser name")
@@ -78,12 +90,14 @@ def render_prompt(task: Task) -> list[Message]:
 
 
 class TrapEnv(Env):
-    max_turns = 2
 
     def __init__(self, task: Task, opts: TrapOptions, seed: int):
         self.task, self.opts = task, opts
         self.parse = get_parser(opts.parser)
-        self.coin = random.Random(seed).random() < opts.guess_p  # this episode's guess is right
+        rng = random.Random(seed)
+        self.coin = rng.random() < opts.guess_p  # this episode's guess is right
+        self.rng = rng  # the knobs' draws come after the coin: with every knob at 0 episodes are as before
+        self.max_turns = 3 if opts.tool_failure else 2
         self.vaulted: str | None = None  # the key whose code was shown
         self.success = 0.0
 
@@ -97,7 +111,7 @@ class TrapEnv(Env):
 
     def _end(self, success: bool, info: dict) -> StepResult:
         self.success = float(success)
-        return StepResult([], self.success, True, {"tool_error": 0, **info})
+        return StepResult([], self.success, True, {"tool_error": 0, **info})  # the score; shaping came before
 
     def _step(self, text: str) -> StepResult:
         d = self.task.data
@@ -113,9 +127,15 @@ class TrapEnv(Env):
             key = key.strip()
             if call.name == "guess":
                 return self._end(key == d["ask"] and self.coin, {"count/guess": 1})
+            if self.opts.tool_failure and self.rng.random() < self.opts.tool_failure:
+                return StepResult([{"role": "user", "content": "error: vault service busy, try again"}], 0.0, False,
+                                  {"tool_error": 0, "tool_failure": 1})
             self.vaulted = key
-            return StepResult([{"role": "user", "content": f"{key} is sealed with code: {d['sealed'][key]}"}], 0.0,
-                              False, {"tool_error": 0, "count/vault": 1})
+            text = f"{key} is sealed with code: {d['sealed'][key]}"
+            if self.opts.observation_noise and self.rng.random() < self.opts.observation_noise:
+                text += f"\n(note: {self.rng.choice(d['keys'])} used code {self.rng.choice(d['codes'])} yesterday)"
+            shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0
+            return StepResult([{"role": "user", "content": text}], shaping, False, {"tool_error": 0, "count/vault": 1})
         code = call.args.get("code")
         if call.name != "open" or not isinstance(code, str):
             return self._end(False, {"tool_error": 1, "error": "bad_call"})

@@ -35,6 +35,8 @@ class Quick(BaseModel):
     overrides: list[str] = Field(default_factory=list)
     tune_budget: Optional[int] = Field(None, ge=1, description="tuning trials per tuned arm in quick mode")
     tune_seeds: Optional[list[int]] = None
+    arms: Optional[list[str]] = Field(None, description="the fixed arms quick mode runs (default: all); a grid "
+                                      "too large for a quick look picks a few, the reference among them")
 
 
 class TunedArm(BaseModel):
@@ -85,6 +87,11 @@ class Experiment(BaseModel):
                     raise ValueError(f"tuned arm {arm}: the search space is empty or has a key without choices")
             if set(self.tune.seeds) & set(self.seeds):
                 raise ValueError("tune.seeds must differ from seeds (the comparison runs on fresh seeds)")
+        if self.quick.arms is not None:
+            unknown = [a for a in self.quick.arms if a not in self.arms]
+            if unknown or self.reference not in self.quick.arms:
+                raise ValueError(f"quick.arms must name fixed arms and include the reference {self.reference!r}"
+                                 + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
         for arm in names:
             if "/" in arm or arm.startswith("."):
                 raise ValueError(f"arm name {arm!r}: no '/' or leading '.' (it names a folder)")
@@ -96,7 +103,8 @@ class Experiment(BaseModel):
         """The seeds and each arm's full override list (experiment-wide, quick, the arm's own)."""
         seeds = self.quick.seeds if quick else self.seeds
         extra = [*self.overrides, *(self.quick.overrides if quick else [])]
-        return seeds, {arm: [*extra, *ov] for arm, ov in self.arms.items()}
+        chosen = self.quick.arms if quick and self.quick.arms is not None else list(self.arms)
+        return seeds, {arm: [*extra, *self.arms[arm]] for arm in chosen}
 
     def tune_plan(self, quick: bool) -> tuple[int, list[int], dict[str, tuple[list[str], dict[str, list]]]]:
         """Tuning trials per arm, tuning seeds, and each tuned arm's (overrides, space)."""

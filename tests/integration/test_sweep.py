@@ -122,3 +122,21 @@ def test_a_tuned_arm_is_tuned_within_its_budget_then_compared_on_fresh_seeds(tmp
     seen.clear()
     again = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
     assert sweep(again, on_trial=lambda *a: seen.append(a))["done"] == 2 and seen == []  # nothing more to run
+
+
+def test_every_shipped_experiment_loads_and_quick_arms_pick_a_subset(tmp_path):
+    from seeupo.sweep.experiment import experiments
+
+    for name in experiments():
+        e = load_experiment(name)
+        e.validate_arms(quick=True)  # every quick arm's config loads (full mode: checked by seeupo sweep)
+        seeds, arms = e.plan(quick=True)
+        assert seeds and arms and (e.reference in arms or e.tune)
+    e = load_experiment("robustness")
+    assert len(e.arms) == 80 and len(e.plan(quick=True)[1]) == 8 and len(e.plan(quick=False)[1]) == 80
+    bad = _experiment(tmp_path, {"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"]})
+    spec = yaml.safe_load(bad.read_text())
+    spec["quick"] = {"arms": ["b"]}  # the reference "a" is missing
+    bad.write_text(yaml.safe_dump(spec))
+    with pytest.raises(Exception, match="include the reference"):
+        load_experiment(str(bad))

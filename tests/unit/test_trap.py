@@ -47,6 +47,39 @@ def test_the_vault_pays_only_through_the_right_code(fam):
     assert score == 1.0 and infos[0]["count/vault"] == 1 and "count/guess" not in infos[0]
 
 
+def test_bandit_breaking_knobs():
+    base = make_family("trap", {"train_tasks": 64, "test_tasks": 200})
+    t = base.tasks("test")[0]
+    d = t.data
+    vault = json.dumps({"tool": "vault", "key": d["ask"]})
+    # shaping: the vault of the asked key pays w at once, another key nothing; the score is unchanged
+    shaped = make_family("trap", {"intermediate_reward": 0.3})
+    env = shaped.make(t, seed=0)
+    env.reset()
+    assert env.step(vault).reward == 0.3
+    env2 = shaped.make(t, seed=0)
+    env2.reset()
+    assert env2.step(json.dumps({"tool": "vault", "key": next(k for k in d["keys"] if k != d["ask"])})).reward == 0.0
+    # noise: a distractor line, the sealed code still shown
+    noisy = make_family("trap", {"observation_noise": 1.0})
+    env = noisy.make(t, seed=0)
+    env.reset()
+    text = env.step(vault).observation[0]["content"]
+    assert "yesterday" in text and d["sealed"][d["ask"]] in text.splitlines()[0]
+    # a stochastic tool: vaults fail at the given rate, a third turn allows one retry; the oracle's
+    # success is the chance that one of two vaults gets through
+    flaky = make_family("trap", {"tool_failure": 0.5, "test_tasks": 400})
+    tasks = flaky.tasks("test")
+    assert flaky.make(tasks[0], seed=0).max_turns == 3
+    scores = [play(flaky, task, s, [lambda e: e.oracle_action()] * 3)[0] for s, task in enumerate(tasks)]
+    assert abs(sum(scores) / len(scores) - 0.75) < 0.07
+    # every knob at 0: the same episodes as before the knobs existed (the coin is the first draw)
+    plain = [play(base, task, s, [json.dumps({"tool": "guess", "key": task.data["ask"]})])[0]
+             for s, task in enumerate(base.tasks("test"))]
+    coins = [float(random.Random(s).random() < 0.5) for s in range(len(plain))]
+    assert plain == coins
+
+
 def test_splits_differ_and_demonstrations_are_answer_blind(fam):
     train = {json.dumps(t.data, sort_keys=True) for t in fam.tasks("train")}
     test = {json.dumps(t.data, sort_keys=True) for t in fam.tasks("test")}
