@@ -125,6 +125,10 @@ M = [
   "        if a != self.turn_adapters.active:\n", "tests/integration/test_turn_adapters.py -k rollouts"),
  ("every turn's forward gets the first turn's vector", "seeupo/models/turns.py", "out + self.embedding[self.active].to(out.dtype)",
   "out + self.embedding[0].to(out.dtype)", "tests/integration/test_turn_adapters.py -k embedding"),
+ ("algo.update_turns ignored", "seeupo/train/trainer.py", '    if spec == "all":\n        return rows\n    if bool((rows.turn >= 0).all()):',
+  '    if True:\n        return rows\n    if bool((rows.turn >= 0).all()):', "tests/integration/test_driver.py -k update_turns"),
+ ("last:W counted from the first turn", "seeupo/core/schedule.py", "        return turn >= n_turns - k\n", "        return turn >= k\n",
+  "tests/integration/test_driver.py -k update_turns"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -111,6 +111,33 @@ def turn_order(
     raise ValueError(f"unknown turn order {order!r}; valid: {', '.join(ORDERS)}")
 
 
+UPDATE_TURNS = ("all", "last:W", "skip:T")
+
+
+def kept_turn(turn: int, n_turns: int, spec: str) -> bool:
+    """Whether turn ``turn`` (counted from the episode's first, 0-based) of an episode of ``n_turns``
+    turns is trained under ``algo.update_turns`` (the others keep their parameters' say but get no
+    loss): ``"all"``; ``"last:W"``, the episode's last ``W`` turns (those nearest its outcome);
+    ``"skip:T"``, every turn but index ``T`` (turn ``T`` frozen).
+
+    Example:
+        >>> [kept_turn(t, 3, "last:1") for t in range(3)], [kept_turn(t, 3, "skip:0") for t in range(3)]
+        ([False, False, True], [False, True, True])
+    """
+    if spec == "all":
+        return True
+    kind, _, value = spec.partition(":")
+    try:
+        k = int(value)
+    except ValueError:
+        k = -1
+    if kind == "last" and k >= 1:
+        return turn >= n_turns - k
+    if kind == "skip" and k >= 0:
+        return turn != k
+    raise ValueError(f"algo.update_turns={spec!r}; valid: {', '.join(UPDATE_TURNS)} (e.g. last:1, skip:0)")
+
+
 def bucket_count(order: str) -> int:
     """``B`` of ``"buckets:B"`` (a positive integer; ``ValueError`` with the expected form otherwise)."""
     try:

@@ -88,6 +88,9 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
             "trapped": len(trapped) if any("env/guess" in r for s in seeds for r in ts[s]["records"]) else None,
             "optimizer_steps_per_iteration": _mean(steps),
             "wall_s": sum(ts[s]["summary"]["wall_seconds"] for s in seeds),
+            # the learner's step time: mean seconds of an iteration's update (issue 16's cost sweep)
+            "update_s": _mean([_mean([r["time/update_s"] for r in ts[s]["records"] if "time/update_s" in r])
+                               for s in seeds]),
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
                                   "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
         })
@@ -113,12 +116,12 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     lines += [f"Held-out {m} after RL per arm, mean over seeds with a bootstrap 95% CI ({N_BOOT} resamples); "
               f"the difference from `{res['reference']}` is paired by seed.", "",
               f"| arm | seeds | {m} after | 95% CI | gain over before RL | diff vs {res['reference']} | 95% CI | "
-              "collapses | optimizer steps / iteration | wall (min, all seeds) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "collapses | optimizer steps / iteration | update (s / iteration) | wall (min, all seeds) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in res["arms"]:
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
-                     f"{a['optimizer_steps_per_iteration']:.1f} | {a['wall_s'] / 60:.1f} |")
+                     f"{a['optimizer_steps_per_iteration']:.1f} | {a['update_s']:.2f} | {a['wall_s'] / 60:.1f} |")
     if res.get("tuned"):
         lines += ["", "Tuned arms: the best configuration of each tuning study (mean metric over the tuning seeds):", ""]
         lines += [f"- {arm}: {b['params']} ({b['value']:.3f}, best of {b['trials']} trials)"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from seeupo.core.algorithms import ALGORITHMS, TURNS, Schedule
 from seeupo.core.losses import KL_ESTIMATORS
-from seeupo.core.schedule import is_segmented, turn_order
+from seeupo.core.schedule import is_segmented, kept_turn, turn_order
 from seeupo.models.turns import adapter_count
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -109,6 +109,8 @@ class AlgoConfig(Strict):
         "indices (e.g. [1, 0]); buckets:B trains B buckets of consecutive turns, latest first, each as one "
         "segment per episode; a joint algorithm given an order runs phases without the factor")
     rows: Literal["trajectory", "turn"] = Field("trajectory", description="row view for joint algorithms")
+    update_turns: str = Field("all", description="the turns trained: all, last:W (each episode's last W turns) or "
+                              "skip:T (every turn but index T); the rest get no loss (issue 16's turns sweep)")
     ratio_reference: Literal["sampling", "incremental"] = Field("sampling", description="SeeUPO ratio denominator")
     factor_ratio: Literal["full", "geometric", "off"] = Field(
         "geometric", description="SeeUPO factor's turn weight: geometric (length-normalised, the authors' code), "
@@ -141,6 +143,10 @@ class AlgoConfig(Strict):
         unknown = sorted(set(self.schedules) - set(ALGORITHMS))
         if unknown:
             raise ValueError(f"algo.schedules has unknown algorithms {unknown}; use: {', '.join(ALGORITHMS)}")
+        kept_turn(0, 1, self.update_turns)  # raises with the valid forms
+        if self.update_turns != "all" and self.turn_alignment != "from_start":
+            raise ValueError(f"algo.update_turns={self.update_turns!r} counts turns from each episode's first; set "
+                             "algo.turn_alignment=from_start")
         if isinstance(self.order, str):
             turn_order([0, 1, 2], self.order, rng=0)  # raises with the valid names
             if is_segmented(self.order) and self.turn_alignment != "from_start":

@@ -12,7 +12,8 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ import yaml
 from seeupo.core.advantages import gae, grae
 from seeupo.core.algorithms import carries_factor, get_algorithm
 from seeupo.core.metrics import avg_at_k, pass_at_k
+from seeupo.core.schedule import kept_turn
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.envs.base import make_family
 from seeupo.models.loading import DEFAULT_MODEL, ModelNotAvailable, load_model
@@ -54,6 +56,20 @@ class EvalResult:
         if self.stats:
             out["episodes"] = self.stats
         return out
+
+
+def keep_turns(rows, *, n_turns: list[int], spec: str):
+    """The rows as ``algo.update_turns`` trains them: turn rows of frozen turns dropped, and on
+    trajectory rows (turn -1) the tokens of frozen turns out of the loss mask."""
+    if spec == "all":
+        return rows
+    if bool((rows.turn >= 0).all()):
+        idx = [i for i, (t, e) in enumerate(zip(rows.turn.tolist(), rows.episode.tolist()))
+               if kept_turn(t, n_turns[e], spec)]
+        return rows.select(torch.tensor(idx, dtype=torch.long))
+    mask = torch.tensor([[kept_turn(t, n_turns[int(e)], spec) if t >= 0 else False for t in row]
+                         for row, e in zip(rows.token_turn.tolist(), rows.episode)], dtype=rows.loss_mask.dtype)
+    return replace(rows, loss_mask=rows.loss_mask * mask)
 
 
 def episode_stats(episodes: list[Episode], threshold: float, counters=()) -> dict:
@@ -389,8 +405,9 @@ class Trainer:
                             self._reference_logp, pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
         self.model.train()
         per_turn: dict = {}
+        keep = partial(keep_turns, n_turns=[e.n_turns for e in episodes], spec=cfg.algo.update_turns)
         if algo.estimator == "gae":
-            rows = trajectory_rows(episodes, pad)
+            rows = keep(trajectory_rows(episodes, pad))
             _, old_values = score(self.learner_model, rows, temperature=cfg.rollout.temperature,
                                   budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head,
                                   pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
@@ -408,8 +425,8 @@ class Trainer:
                 adv_E = adv_E.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
             order = cfg.algo.effective_order()
             if algo.sequential or order != "joint":
-                pools = turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment,
-                                  placeholders_to=cfg.rollout.max_turns if cfg.algo.placeholders else None)
+                pools = keep(turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment,
+                                       placeholders_to=cfg.rollout.max_turns if cfg.algo.placeholders else None))
                 metrics, per_turn = sequential_update(ctx, pools, adv_E, order=order,
                                                       ratio_reference=cfg.algo.ratio_reference,
                                                       factor_clip=cfg.algo.factor_clip,
@@ -418,8 +435,8 @@ class Trainer:
                                                       factor_ratio=cfg.algo.factor_ratio,
                                                       alignment=cfg.algo.turn_alignment)
             else:
-                rows = (trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
-                        else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))
+                rows = keep(trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
+                            else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))
                 metrics = joint_update(ctx, rows, adv_E[rows.episode])
         if not per_turn:  # joint algorithms: rows and advantages by turn
             for e_i, e in enumerate(episodes):

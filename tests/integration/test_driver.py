@@ -5,6 +5,7 @@ import copy
 import dataclasses
 
 import pytest
+import torch
 
 from seeupo.train.config import load_config
 from seeupo.train.trainer import Trainer
@@ -104,6 +105,24 @@ def test_buckets_run_through_the_trainer(tmp_path, episodes):
     assert r["optimizer_steps"] == 2 * 2
     assert r["turn"]["1"]["phase"] == r["turn"]["2"]["phase"] == 0 and r["turn"]["0"]["phase"] == 1
     assert r["turn"]["0"]["fused"] and r["turn"]["0"]["factor_max"] != r["turn"]["0"]["factor_min"]
+
+
+def test_update_turns_trains_only_the_chosen_turns(tmp_path, episodes):
+    from seeupo.data.episode import trajectory_rows
+    from seeupo.train.trainer import keep_turns
+
+    r = update(trainer(tmp_path / "last", "algo.update_turns=last:1"), episodes)
+    for t in range(3):  # a turn's pool: the episodes whose last turn it is
+        assert r["turn"][str(t)]["rows"] == sum(e.n_turns == t + 1 for e in episodes), t
+    s = update(trainer(tmp_path / "skip", "algo.update_turns=skip:0"), episodes)
+    assert s["phase_order"] == [[2], [1]]  # turn 0 frozen: no phase
+    # trajectory rows (the joint algorithms): the frozen turns' tokens leave the loss mask
+    rows = trajectory_rows(episodes, 0)
+    kept = keep_turns(rows, n_turns=[e.n_turns for e in episodes], spec="skip:0")
+    assert int((kept.loss_mask.bool() & (rows.token_turn == 0)).sum()) == 0
+    assert torch.equal(kept.loss_mask.bool(), rows.loss_mask.bool() & (rows.token_turn != 0))
+    g = update(trainer(tmp_path / "g", "algo.name=grpo", "algo.update_turns=last:1"), episodes)
+    assert g["optimizer_steps"] >= 1
 
 
 def test_advantage_clip_reaches_the_update(tmp_path, episodes):

@@ -34,6 +34,7 @@ def test_overrides_are_typed():
     ("algo.placeholders=true algo.turn_alignment=from_end", "cannot be combined"),
     ("algo.order=buckets:0", "bucket count must be a positive integer"),
     ("model.turn_adapters=every", "shared, per_turn, buckets:B"),
+    ("algo.update_turns=first:1", "all, last:W, skip:T"),
     ("model.turn_adapters=per_turn algo.name=grpo", "set algo.rows=turn"),
     ("model.turn_adapters=per_turn algo.name=ppo", "PPO's GAE update"),
     ("model.turn_adapters=per_turn algo.order=buckets:2", "cannot be combined"),
