@@ -129,6 +129,8 @@ M = [
   '    if True:\n        return rows\n    if bool((rows.turn >= 0).all()):', "tests/integration/test_driver.py -k update_turns"),
  ("last:W counted from the first turn", "seeupo/core/schedule.py", "        return turn >= n_turns - k\n", "        return turn >= k\n",
   "tests/integration/test_driver.py -k update_turns"),
+ ("the late third is the early one", "seeupo/sweep/turns.py", "early, late = recs[:k], recs[-k:]", "early, late = recs[:k], recs[:k]",
+  "tests/unit/test_turns_report.py"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -474,14 +474,47 @@ def sweep_cmd(
         raise typer.Exit(1)
 
 
+def _run_report(out: Path) -> None:
+    """One run's per-turn analysis: turns.json, turns.md, turns.png."""
+    import json as _json
+
+    from seeupo.sweep.turns import summary_markdown, turn_plot, turn_summary
+    from seeupo.train.runlog import dumps, read_metrics
+
+    records = read_metrics(out)
+    summary = turn_summary(records)
+    if not summary:
+        fail(f"{out}/metrics.jsonl has no training iteration with per-turn records yet")
+    (out / "turns.json").write_text(dumps(summary, indent=1) + "\n")
+    s = out / "summary.json"
+    head = []
+    if s.exists():
+        sm = _json.loads(s.read_text())
+        b, a = sm.get("eval_before") or {}, sm.get("eval_after") or {}
+        if b and a:
+            head = [f"Held-out avg@{a.get('k')}: {b['avg@k']:.3f} before RL -> {a['avg@k']:.3f} after; pass@"
+                    f"{a.get('k')}: {b['pass@k']:.3f} -> {a['pass@k']:.3f}.", ""]
+    lines = [f"# Per turn: {out}", "", *head,
+             "Training iterations, per turn: the mean over the first third of the run -> over the last third "
+             "(rows: episodes that reached the turn; factor: SeeUPO's carried weight; turn ratio: the "
+             "turn's ratio after its phase's update).", "", *summary_markdown(summary)]
+    (out / "turns.md").write_text("\n".join(lines) + "\n")
+    plot = turn_plot(records, out / "turns.png", title=str(out))
+    console.print("\n".join(summary_markdown(summary)))
+    console.print(f"wrote {out / 'turns.json'}, {out / 'turns.md'}" + (f" and {plot}" if plot else ""))
+
+
 def _report(out: Path) -> None:
     import json as _json
 
     from seeupo.sweep.report import results, write
 
     meta_path = out / "sweep.json"
+    if not meta_path.exists() and (out / "metrics.jsonl").exists():
+        return _run_report(out)
     if not meta_path.exists():
-        fail(f"{out} is not a sweep folder (no sweep.json); give the --out of a `seeupo sweep`")
+        fail(f"{out} is neither a sweep folder (no sweep.json) nor a run folder (no metrics.jsonl); give the "
+             "--out of a `seeupo sweep` or a `seeupo train`")
     meta = _json.loads(meta_path.read_text())
     exp = meta["experiment"]
     res = results(out, experiment=exp["name"], metric=exp["metric"], reference=exp["reference"],
@@ -500,8 +533,10 @@ def _report(out: Path) -> None:
 
 
 @app.command("report")
-def report_cmd(out: Path = typer.Argument(..., help="a sweep folder")) -> None:
-    """(Re)write a sweep's results.json, report.md and plots from its trial folders."""
+def report_cmd(out: Path = typer.Argument(..., help="a sweep folder, or one run's folder")) -> None:
+    """(Re)write a sweep's results.json, report.md and plots from its trial folders; for one run's
+    folder, its per-turn analysis (turns.json, turns.md, turns.png: success, reward, advantage x
+    factor, factor and turn ratio per turn, early vs late in the run)."""
     _report(out)
 
 

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 from seeupo.sweep.collapse import detect_collapse
+from seeupo.sweep.turns import pooled_summary, summary_markdown
 from seeupo.train.runlog import dumps, read_metrics
 
 N_BOOT = 10_000
@@ -122,6 +123,13 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['update_s']:.2f} | {a['wall_s'] / 60:.1f} |")
+    trials = collect(out)
+    per_turn = [(arm, pooled_summary([t["records"] for t in trials.get(arm, {}).values()]))
+                for arm in [a["name"] for a in res["arms"]]]
+    if any(sm for _, sm in per_turn):  # the mean over seeds of each seed's early and late thirds
+        lines += ["", "## Per turn", ""]
+        for arm, sm in per_turn:
+            lines += summary_markdown(sm, f"**{arm}**") + [""]
     if res.get("tuned"):
         lines += ["", "Tuned arms: the best configuration of each tuning study (mean metric over the tuning seeds):", ""]
         lines += [f"- {arm}: {b['params']} ({b['value']:.3f}, best of {b['trials']} trials)"

@@ -1,0 +1,105 @@
+"""Per-turn analysis of a run (issue 16: where does the gain come from?).
+
+Every iteration's record in ``metrics.jsonl`` holds ``turn: {t: {...}}``: the rows that reached turn
+``t``, their success and reward, the mean advantage x factor, SeeUPO's factor (mean, min, max) and
+turn ratio, and the phase's clip fraction, KL and entropy. ``turn_summary`` compares each turn's
+early iterations (the first third of the run) with its late ones (the last third); ``turn_plot``
+draws the curves; ``seeupo report RUN_DIR`` writes both, and sweep reports add the summary per arm.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+KEYS = ("success", "reward", "rows", "adv_x_factor_mean", "factor_mean", "factor_min", "factor_max", "ratio_mean",
+        "clipfrac", "kl", "entropy")
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def training_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if "reward_mean" in r]
+
+
+def turn_summary(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{turn: {key: {"early": mean over the first third, "late": mean over the last third}}}``
+    over the training iterations (a run of fewer than 3 iterations: early = first, late = last)."""
+    recs = training_records(records)
+    if not recs:
+        return {}
+    k = max(1, len(recs) // 3)
+    early, late = recs[:k], recs[-k:]
+    turns = sorted({t for r in recs for t in r.get("turn", {})}, key=int)
+    out = {}
+    for t in turns:
+        out[t] = {key: {"early": _mean([r["turn"][t].get(key) for r in early if t in r.get("turn", {})]),
+                        "late": _mean([r["turn"][t].get(key) for r in late if t in r.get("turn", {})])}
+                  for key in KEYS}
+    return out
+
+
+def pooled_summary(runs: list[list[dict]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``turn_summary`` of each run (seed), then the mean over runs of each early and late value."""
+    sums = [turn_summary(r) for r in runs]
+    turns = sorted({t for sm in sums for t in sm}, key=int)
+    return {t: {key: {part: _mean([sm[t][key][part] for sm in sums if t in sm]) for part in ("early", "late")}
+                for key in KEYS} for t in turns}
+
+
+def summary_markdown(summary: dict, title: str = "") -> list[str]:
+    """A table: per turn, early -> late success, reward, advantage x factor, factor range, ratio."""
+    if not summary:
+        return []
+
+    def f(d, key, fmt="{:.3f}"):
+        a, b = d[key]["early"], d[key]["late"]
+        return f"{fmt.format(a)} -> {fmt.format(b)}" if a == a and b == b else "n/a"
+
+    lines = [title, ""] if title else []
+    lines += ["| turn | rows | success | reward | adv x factor | factor mean | factor min / max (late) | turn ratio |",
+              "|---|---|---|---|---|---|---|---|"]
+    for t, d in summary.items():
+        lo, hi = d["factor_min"]["late"], d["factor_max"]["late"]
+        rng = f"{lo:.3g} / {hi:.3g}" if lo == lo else "n/a"
+        lines.append(f"| {t} | {f(d, 'rows', '{:.1f}')} | {f(d, 'success')} | {f(d, 'reward')} | "
+                     f"{f(d, 'adv_x_factor_mean', '{:+.3f}')} | {f(d, 'factor_mean')} | {rng} | {f(d, 'ratio_mean')} |")
+    return lines
+
+
+def turn_plot(records: list[dict], path: Path, title: str = "") -> Path | None:
+    """Per turn over iterations: success, SeeUPO's factor (mean, min-max band), turn ratio, entropy."""
+    recs = training_records(records)
+    turns = sorted({t for r in recs for t in r.get("turn", {})}, key=int)
+    if not turns:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+    for t in turns:
+        its = [r["iteration"] for r in recs if t in r.get("turn", {})]
+        get = lambda key: [r["turn"][t].get(key, float("nan")) for r in recs if t in r.get("turn", {})]  # noqa: E731
+        axes[0].plot(its, get("success"), label=f"turn {t}")
+        line, = axes[1].plot(its, get("factor_mean"), label=f"turn {t}")
+        axes[1].fill_between(its, get("factor_min"), get("factor_max"), alpha=0.15, color=line.get_color())
+        axes[2].plot(its, get("ratio_mean"), label=f"turn {t}")
+        axes[3].plot(its, get("entropy"), label=f"turn {t}")
+    for ax, label in zip(axes, ("success of episodes that reached the turn", "factor (mean, band: min-max)",
+                                "turn ratio after its update", "entropy of the turn's phase")):
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,46 @@
+"""The per-turn analysis (seeupo report RUN_DIR) on constructed metric streams."""
+
+import json
+
+from seeupo.sweep.turns import pooled_summary, turn_summary
+
+
+def stream(successes_t0, successes_t1):
+    return [{"iteration": 0, "eval": {"avg@k": 0.0}}] + [
+        {"iteration": i, "reward_mean": 0.0,
+         "turn": {"0": {"success": a, "factor_mean": 1.0 - 0.1 * i, "rows": 4},
+                  **({"1": {"success": b, "rows": 2}} if b is not None else {})}}
+        for i, (a, b) in enumerate(zip(successes_t0, successes_t1))]
+
+
+def test_early_and_late_thirds_per_turn():
+    recs = stream([0.0, 0.0, 0.3, 0.6, 1.0, 1.0], [0.5, None, None, 0.5, 1.0, 0.0])
+    s = turn_summary(recs)
+    assert set(s) == {"0", "1"}
+    assert s["0"]["success"] == {"early": 0.0, "late": 1.0}  # iterations 0-1 and 4-5
+    assert abs(s["0"]["factor_mean"]["late"] - (0.6 + 0.5) / 2) < 1e-12
+    assert s["1"]["success"] == {"early": 0.5, "late": 0.5}  # turn 1 absent at iteration 1: its mean is iteration 0's
+    assert s["1"]["ratio_mean"]["early"] != s["1"]["ratio_mean"]["early"]  # never logged: NaN, not 0
+
+
+def test_pooled_over_seeds_is_the_mean_of_each_seeds_thirds():
+    a = stream([0.0, 0.0, 0.0], [None] * 3)
+    b = stream([1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [None] * 6)
+    p = pooled_summary([a, b])
+    assert p["0"]["success"]["early"] == (0.0 + 1.0) / 2 and p["0"]["success"]["late"] == 0.0
+
+
+def test_report_command_on_a_run_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from seeupo.cli import app
+
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in stream([0.0, 0.5, 1.0], [0.0, 0.0, 1.0])))
+    res = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "turns.json").read_text())["1"]["success"]["late"] == 1.0
+    assert (tmp_path / "turns.png").exists() and "| 1 |" in (tmp_path / "turns.md").read_text()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = CliRunner().invoke(app, ["report", str(empty)])
+    assert res.exit_code == 2 and "neither a sweep folder" in res.output
