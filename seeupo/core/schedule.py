@@ -90,12 +90,7 @@ def turn_order(
         perm = torch.randperm(len(ts), generator=gen).tolist()
         return [[ts[i]] for i in perm]
     if order.startswith("window:"):
-        try:
-            w = int(order.split(":", 1)[1])
-        except ValueError:
-            w = 0
-        if w < 1:
-            raise ValueError(f"order {order!r}: the window must be a positive integer, e.g. 'window:2'")
+        w = positive_suffix(order, f"order {order!r}: the window")
         tail, rest = in_time[-w:], (in_time[:-w] if w < len(in_time) else [])
         return [[t] for t in reversed(tail)] + ([sorted(rest)] if rest else [])
     if order.startswith("buckets:"):
@@ -138,15 +133,22 @@ def kept_turn(turn: int, n_turns: int, spec: str) -> bool:
     raise ValueError(f"algo.update_turns={spec!r}; valid: {', '.join(UPDATE_TURNS)} (e.g. last:1, skip:0)")
 
 
-def bucket_count(order: str) -> int:
-    """``B`` of ``"buckets:B"`` (a positive integer; ``ValueError`` with the expected form otherwise)."""
+def positive_suffix(spec: str, what: str) -> int:
+    """``N`` of ``"name:N"``, a positive integer; otherwise ``ValueError`` saying ``what`` must be one,
+    with an example (``spec`` with 2)."""
+    head, _, value = spec.partition(":")
     try:
-        b = int(order.split(":", 1)[1])
+        n = int(value)
     except ValueError:
-        b = 0
-    if b < 1:
-        raise ValueError(f"order {order!r}: the bucket count must be a positive integer, e.g. 'buckets:2'")
-    return b
+        n = 0
+    if n < 1:
+        raise ValueError(f"{what} must be a positive integer, e.g. '{head}:2'")
+    return n
+
+
+def bucket_count(order: str) -> int:
+    """``B`` of ``"buckets:B"`` (``ValueError`` with the expected form otherwise)."""
+    return positive_suffix(order, f"order {order!r}: the bucket count")
 
 
 def is_segmented(order) -> bool:

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from seeupo.core.schedule import positive_suffix
+
 SPECS = ("shared", "per_turn", "buckets:B")
 
 
@@ -36,13 +38,7 @@ def adapter_count(spec: str, max_turns: int) -> int:
     if spec == "per_turn":
         return max_turns
     if spec.startswith("buckets:"):
-        try:
-            b = int(spec.split(":", 1)[1])
-        except ValueError:
-            b = 0
-        if b < 1:
-            raise ValueError(f"model.turn_adapters={spec!r}: the bucket count must be a positive integer, e.g. buckets:2")
-        return min(b, max_turns)
+        return min(positive_suffix(spec, f"model.turn_adapters={spec!r}: the bucket count"), max_turns)
     raise ValueError(f"model.turn_adapters={spec!r}; valid: {', '.join(SPECS)}")
 
 
