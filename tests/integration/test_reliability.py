@@ -323,7 +323,7 @@ BAD_INPUTS = {
     "unknown algorithm": (["train", "--algo", "nosuch"], "not known"),
     "unknown experiment": (["sweep", "nosuch", "--out", "{d}/sw"], "no experiment"),
     "experiment arm with a bad key": (["sweep", "{d}/badexp.yaml", "--out", "{d}/sw"], "arm a"),
-    "report of an empty folder": (["report", "{d}/empty"], "not a sweep folder"),
+    "report of an empty folder": (["report", "{d}/empty"], "neither a sweep folder"),
 }
 
 
