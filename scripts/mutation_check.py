@@ -131,6 +131,18 @@ M = [
   "tests/integration/test_driver.py -k update_turns"),
  ("the late third is the early one", "seeupo/sweep/turns.py", "early, late = recs[:k], recs[-k:]", "early, late = recs[:k], recs[:k]",
   "tests/unit/test_turns_report.py"),
+ ("trap shaping never paid", "seeupo/envs/trap.py", 'shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0',
+  "shaping = 0.0", "tests/unit/test_trap.py -k knobs"),
+ ("quick.arms without the reference", "seeupo/sweep/experiment.py", "if unknown or self.reference not in self.quick.arms:",
+  "if unknown:", "tests/integration/test_sweep.py -k shipped"),
+ ("the turn vector left out of training", "seeupo/models/turns.py",
+  "vec = nn.Parameter(torch.zeros(max_turns, w.shape[1], dtype=w.dtype, device=w.device))",
+  "vec = nn.Parameter(torch.zeros(max_turns, w.shape[1], dtype=w.dtype, device=w.device), requires_grad=False)",
+  "tests/integration/test_turn_adapters.py -k turn_embedding"),
+ ("turn adapters beyond the first not trained", "seeupo/models/turns.py", '            if "lora_" in name:\n                p.requires_grad_(True)',
+  '            if "lora_" in name and ".default." in name:\n                p.requires_grad_(True)', "tests/integration/test_turn_adapters.py -k resume"),
+ ("turn adapters allowed on vLLM", "seeupo/train/config.py", '            if self.rollout.backend != "hf":\n', '            if False:\n',
+  "tests/unit/test_config.py"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:
