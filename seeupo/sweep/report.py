@@ -109,7 +109,8 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     """results.json, report.md and the plots."""
     paths = {"json": out / "results.json", "md": out / "report.md"}
     paths["json"].write_text(dumps(res, indent=1) + "\n")
-    plots = _plots(out, res)
+    trials = collect(out)  # every trial's metrics, read once for the plots and the per-turn tables
+    plots = _plots(out, res, trials)
     m = res["metric"]
     lines = [f"# {title or res['experiment']}", ""]
     if command:
@@ -123,7 +124,6 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['update_s']:.2f} | {a['wall_s'] / 60:.1f} |")
-    trials = collect(out)
     per_turn = [(arm, pooled_summary([t["records"] for t in trials.get(arm, {}).values()]))
                 for arm in [a["name"] for a in res["arms"]]]
     if any(sm for _, sm in per_turn):  # the mean over seeds of each seed's early and late thirds
@@ -147,13 +147,12 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     return {**paths, **plots}
 
 
-def _plots(out: Path, res: dict) -> dict[str, Path]:
+def _plots(out: Path, res: dict, trials: dict) -> dict[str, Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    trials = collect(out)
     paths = {}
     names = [a["name"] for a in res["arms"]]
     fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(names), 3.6))
