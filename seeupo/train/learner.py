@@ -82,6 +82,12 @@ def _shared_micro_batches(rows: Rows, budget_tokens: int) -> list[torch.Tensor]:
     return groups
 
 
+def sharing(share: bool) -> bool:
+    """``optim.share_prefix`` where it applies: not under FSDP2, whose processes must make the same
+    decoder calls (a shared-prefix forward makes one to three, depending on the rows)."""
+    return share and not parallel.sharded()
+
+
 def turn_adapters_of(model):
     """The model's turn adapters (``models.turns.TurnAdapters``), or None (one shared policy)."""
     return getattr(model, "seeupo_turn_adapters", None)
@@ -118,7 +124,7 @@ def score(model, rows: Rows, *, temperature: float, budget_tokens: int,
     was_training = model.training
     model.eval()
     dev = model_device(model)
-    share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
+    share = sharing(share)
     for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, rows, budget_tokens, pack, share)):
         mb = rows.select(idx).to(dev)
         with adapter(model, a):
@@ -222,7 +228,7 @@ def optimizer_step(model, optimizer, params, inp: StepInputs, spec: LossSpec, *,
     sums["logp_gap_max"] = 0.0
     dev = model_device(model)
     pack = 0 if inp.cont is not None else pack  # a continuation needs each row's own KV cache
-    share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
+    share = sharing(share)
     for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, inp.rows, budget_tokens, pack, share)):
         mb = inp.rows.select(idx).to(dev)  # the step's inputs stay on the CPU; each micro-batch moves
         w = mb.input_ids.shape[1]

@@ -17,7 +17,7 @@ from seeupo.models.policy import token_logprobs
 from seeupo.rollout.runner import run_episodes
 from seeupo.rollout.sampler import ScriptedPolicy
 from seeupo.train import parallel
-from seeupo.train.learner import adamw, adapter, model_device, planned_micro_batches, turn_adapters_of
+from seeupo.train.learner import adamw, adapter, model_device, planned_micro_batches, sharing, turn_adapters_of
 
 
 def demonstrations(chat, family, limits, *, n: int, seed: int):
@@ -36,6 +36,7 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
     per_turn = by_adapter and turn_adapters_of(model) is not None
+    share = sharing(share)
     rows = (turn_rows if per_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
     opt = adamw(params, cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
@@ -54,7 +55,6 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             opt.zero_grad(set_to_none=True)
             total = 0.0
             grads = parallel.GradAccumulator(params)
-            share = share and not parallel.sharded()  # FSDP2: every process makes the same calls
             for (idx, a), real in parallel.mine_padded(planned_micro_batches(model, batch, budget_tokens, pack, share, per_turn)):
                 mb = batch.select(idx).to(model_device(model))
                 with adapter(model, a):
