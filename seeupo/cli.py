@@ -445,9 +445,9 @@ def sweep_cmd(
     meta = {"experiment": exp.model_dump(), "quick": quick,
             "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}
     (out / "sweep.json").write_text(_json.dumps(meta, indent=1))
-    seeds = exp.plan(quick)[0]
+    seeds, fixed = exp.plan(quick)
     budget, tune_seeds, tuned = exp.tune_plan(quick)
-    n_arms = len(exp.arms) + len(tuned)
+    n_arms = len(fixed) + len(tuned)  # quick.arms may run a subset of the fixed arms
     tuning = (f"; first {budget} tuning trials x {len(tune_seeds)} seed(s) for each of {', '.join(tuned)}"
               if tuned else "")
     console.print(f"[bold]seeupo sweep[/] {exp.name}{' (quick)' if quick else ''}: {n_arms} arms x {len(seeds)} seeds = "
