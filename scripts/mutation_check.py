@@ -143,6 +143,20 @@ M = [
   '            if "lora_" in name and ".default." in name:\n                p.requires_grad_(True)', "tests/integration/test_turn_adapters.py -k resume"),
  ("turn adapters allowed on vLLM", "seeupo/train/config.py", '            if self.rollout.backend != "hf":\n', '            if False:\n',
   "tests/unit/test_config.py"),
+ ("lab optimum: max at chance nodes", "seeupo/lab/problems.py", "value = (children * self.chance_probs).sum(-1) if depth in env else children.max(-1).values",
+  "value = children.max(-1).values", "tests/unit/test_lab_reach.py -k expectimax"),
+ ("lab KL step: beta ignored", "seeupo/lab/runner.py", "log_new = torch.log_softmax(log_old + value / cfg.beta, -1)", "log_new = torch.log_softmax(log_old + value / 0.1, -1)",
+  "tests/unit/test_lab_reach.py -k closed_form"),
+ ("lab clip step: pieces filled worst first", "seeupo/lab/runner.py", "order = torch.sort(density, dim=-1, descending=True, stable=True).indices",
+  "order = torch.sort(density, dim=-1, descending=False, stable=True).indices", "tests/unit/test_lab_reach.py -k grid"),
+ ("lab clip step: one slope for every piece", "seeupo/lab/runner.py", "density = torch.cat([pos / qq, (pos + neg) / qq, neg / qq], -1)",
+  "density = torch.cat([(pos + neg) / qq, (pos + neg) / qq, (pos + neg) / qq], -1)", "tests/unit/test_lab_reach.py -k grid"),
+ ("lab KL step: advantage summed, not averaged, per (s, a)", "seeupo/lab/runner.py", "value = add(q_traj * fa_traj) / q.clamp_min(1e-300)",
+  "value = add(q_traj * fa_traj) / d.clamp_min(1e-300)", "tests/unit/test_lab_reach.py -k 'closed_form or never_lowers or same_kl'"),
+ ("lab: an unplayed turn still trains", "seeupo/lab/runner.py", "w_rows = w.reshape(N).repeat_interleave(T) * played", "w_rows = w.reshape(N).repeat_interleave(T)",
+  "tests/unit/test_lab_reach.py -k unplayed"),
+ ("lab: environment row trained", "seeupo/lab/runner.py", "        env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)",
+  "        env = torch.zeros(S, n_tasks, 1, shape.vocab, dtype=torch.float64)", "tests/unit/test_lab_reach.py -k fixed"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

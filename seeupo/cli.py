@@ -1,4 +1,4 @@
-"""The ``seeupo`` command line: ``seeupo train``, ``seeupo lab table1``."""
+"""The ``seeupo`` command line: ``seeupo train``, ``seeupo lab table1``, ``seeupo lab reach``, ``seeupo sweep``."""
 
 from __future__ import annotations
 
@@ -120,6 +120,31 @@ def lab_table1(
     table = table1.assemble(results)
     paths = table1.write(table, out)
     _print_rows(table["rows"], "Table 1 (main rows)")
+    console.print(f"[bold]{len(jobs)} runs in {time.perf_counter() - start:.1f} s[/]; "
+                  f"wrote {paths['json']}, {paths['md']}, {paths['png']}")
+
+
+@lab_app.command("reach")
+def lab_reach(
+    out: Path = typer.Option(Path("runs/reach"), "--out", help="Folder for reach.json, reach.md, reach.png."),
+    quick: bool = typer.Option(False, "--quick", help="5 seeds x 60 iterations, 40 search instances per shape."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Seeds per row (default 5 quick, 20 full)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
+) -> None:
+    """How far the guarantees reach: trap instances with the bandit view broken (a stochastic tool, a
+    noisy observation, intermediate rewards, variable length), gradient steps beside each phase's
+    surrogate solved exactly, and a search for a drop under the exact step (docs/lab.md)."""
+    from seeupo.lab import reach
+
+    jobs = reach.plan(quick=quick, seeds=seeds)
+    start = time.perf_counter()
+    with _progress() as bar:
+        task = bar.add_task(f"reach ({len(jobs)} runs)", total=len(jobs))
+        results = reach.measure(jobs, workers=workers, progress=lambda: bar.advance(task))
+    table = reach.assemble(results)
+    paths = reach.write(table, out)
+    found = [r for r in table["search"] if r["seeds_with_drop"]]
+    console.print(f"search: {len(table['search'])} rows, {len(found)} with a drop under the exact step")
     console.print(f"[bold]{len(jobs)} runs in {time.perf_counter() - start:.1f} s[/]; "
                   f"wrote {paths['json']}, {paths['md']}, {paths['png']}")
 

@@ -22,6 +22,24 @@ How the lab departs from the LLM trainer, on purpose:
   exact mode stays exact), ``minibatches="turns"`` meaning ``T``.
 - SeeUPO's factor follows the trainer's rule (``core.carries_factor``): only sequential
   algorithms carry it, with the turn weight ``factor_ratio`` and the clamp ``factor_clip``.
+- Chance nodes (``TreeShape.chance``) are the environment's tokens: enumerated like the policy's,
+  left out of every row, with fixed logits. A turn an episode does not play (``Problem.active``)
+  has weight 0 in the loss and a factor weight of 1.
+
+The exact improvement step (``RunConfig.step = "kl"`` or ``"clip"``, exact mode, per-turn tables)
+replaces the gradient steps of a phase by the surrogate's maximiser, computed per state at the
+level of whole responses ``a`` (the tree of per-turn tables represents any response distribution):
+
+- ``"kl"``: ``max_pi sum_a pi(a|s) Q(s,a) - beta KL(pi(.|s) || pi_old(.|s))`` with
+  ``Q(s,a) = E_old[factor x A | s, a]``; its maximiser is ``pi_old(a|s) exp(Q(s,a) / beta)``,
+  normalised. A constant added to ``Q(s, .)`` (the ``Delta(s_t)`` of GRAE's task baseline) cancels.
+- ``"clip"``: ``max_r sum_tau p_old(tau) factor(tau) min(r A, clip(r, 1-eps, 1+eps) A)`` over the
+  ratios ``r_a = pi(a|s) / pi_old(a|s)`` with ``sum_a pi_old(a|s) r_a = 1``. Each action's term is
+  concave and piecewise linear in ``r_a`` (slopes ``P+``, ``P+ + N-``, ``N-`` with breaks at
+  ``1 -+ eps``), so the maximiser is exact by filling the linear pieces in order of slope per unit of
+  probability (a continuous knapsack); ties are broken by action index.
+
+``step="gradient"`` (default) is the gradient descent above.
 """
 
 from __future__ import annotations
@@ -37,6 +55,8 @@ from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 from seeupo.lab.problems import Problem
 
 MODES = ("exact", "sampled")
+STEPS = ("gradient", "kl", "clip")
+ADVANTAGES = ("returns", "q")  # exact-step GRAE: the episode's return, or its mean given (s_t, a_t)
 # Every loss is length-normalised except REINFORCE's token sum; see ``effective_lr``.
 AGG = {"clip_token": "seq_mean", "reinforce": "seq_sum", "clip_sequence": None}
 
@@ -57,6 +77,10 @@ class RunConfig:
     factor_ratio: str = "geometric"  # SeeUPO's turn weight: geometric | full | off (core.factor_log_ratio)
     factor_clip: tuple[float, float] | None = None  # clamp of each weight and of the product
     order: str | None = None  # turn order override (None: the algorithm's); a joint algorithm gets no factor
+    step: str = "gradient"  # gradient | kl | clip: a phase's surrogate solved exactly (module docstring)
+    beta: float = 0.1  # the KL coefficient of step="kl"
+    step_clip: float = 0.2  # the clip range of step="clip" (on the response's ratio, every algorithm)
+    advantage: str = "returns"  # exact step, GRAE: "q" replaces each return by E[R | s_t, a_t] (Delta only)
 
 
 def schedule(algo: Algorithm, cfg: RunConfig) -> Schedule:
@@ -89,14 +113,26 @@ def effective_lr(algo: Algorithm, cfg: RunConfig, tokens_per_turn: int, turns: i
 def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunConfig, seed: int = 0) -> RunResult:
     if mode not in MODES:
         raise ValueError(f"unknown lab mode {mode!r}; valid names: {', '.join(MODES)}")
+    if cfg.step not in STEPS or cfg.advantage not in ADVANTAGES:
+        raise ValueError(f"unknown lab step {cfg.step!r} or advantage {cfg.advantage!r}; valid: "
+                         f"{', '.join(STEPS)}; {', '.join(ADVANTAGES)}")
+    if cfg.step != "gradient" and (mode != "exact" or policy != "per_turn"):
+        raise ValueError(f"step={cfg.step!r} solves each state's surrogate exactly: it needs mode='exact' "
+                         "and policy='per_turn' (a shared table cannot take a per-state maximiser)")
     shape = problem.shape
     S, n_tasks, T, L, H = problem.n_seeds, problem.n_tasks, shape.turns, shape.tokens_per_turn, shape.horizon
     keys, n_keys = shape.keys(policy)
     tokens = shape.tokens
+    pcols = shape.policy_cols
     R = problem.rewards
     gen = torch.Generator().manual_seed(seed)
     theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
+    if shape.chance:  # one more row: the environment's fixed logits (no row loss reaches it)
+        env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)
+        theta_init = torch.cat([theta_init, env], 2)
     theta = theta_init.clone().requires_grad_()
+    active = (problem.active if problem.active is not None
+              else torch.ones(S, n_tasks, shape.n_traj, T, dtype=torch.bool))
     loss_fn = get_policy_loss(algo.loss)
     sched = schedule(algo, cfg)
     steps_per_phase = sched.epochs * sched.steps_per_pass(T)
@@ -106,6 +142,9 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
 
     def token_logp(th):  # [S, tasks, n_traj, H]
         return torch.log_softmax(th, -1)[:, :, keys, tokens]
+
+    def policy_rows(th, ep_TL):  # [N * T, L] the policy's tokens of the enumerated/sampled episodes
+        return token_logp(th)[..., pcols].gather(2, ep_TL).reshape(-1, L)
 
     def expected_return(th):
         with torch.no_grad():
@@ -129,8 +168,10 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         E = ep.shape[-1]
         N = S * n_tasks * E
         ep_H = ep.unsqueeze(-1).expand(-1, -1, -1, H)
-        old_rows = tl_old.gather(2, ep_H).reshape(N * T, L)
+        ep_TL = ep.unsqueeze(-1).expand(-1, -1, -1, T * L)
+        old_rows = tl_old[..., pcols].gather(2, ep_TL).reshape(N * T, L)
         rewards = R.gather(2, ep)  # [S, tasks, E]
+        played = active.gather(2, ep.unsqueeze(-1).expand(-1, -1, -1, T)).reshape(N * T)
 
         # 2. advantages (core estimators)
         if algo.estimator == "gae":
@@ -139,7 +180,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
             r_NH = torch.zeros(N, H, dtype=torch.float64)
             r_NH[:, -1] = rewards.reshape(N)
             adv_tok, _ = gae(r_NH, values, torch.ones(N, H), gamma=1.0, lam=cfg.gae_lambda)
-            adv_rows = adv_tok.view(N * T, L)
+            adv_rows = adv_tok[:, pcols].reshape(N * T, L)
         else:
             task_ids = torch.arange(n_tasks).repeat_interleave(E)
             adv_N = torch.cat([
@@ -148,18 +189,30 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
                      weights_N=w[s].reshape(-1) if mode == "exact" else None)
                 for s in range(S)])
             adv_rows = adv_N.repeat_interleave(T)
-        w_rows = w.reshape(N).repeat_interleave(T)
+        w_rows = w.reshape(N).repeat_interleave(T) * played
         row_ep = torch.arange(N).repeat_interleave(T)
         row_turn = torch.arange(T).repeat(N)
         mask = torch.ones(N * T, L)
+        factor_mask = played.unsqueeze(-1).expand(-1, L).double()  # a turn not played: weight 1
         factor = torch.ones(N, dtype=torch.float64)
 
         # 3. phases in the schedule's order; SeeUPO carries the factor of updated turns
         phases = turn_order(range(T), cfg.order or algo.order, rng=gen)
+        if cfg.step != "gradient":
+            # the critic's per-token Q - V telescopes to the turn's Q(s_t, a_t) - V(s_t)
+            adv_T = _exact_step_advantages(problem, p_old, adv_rows.view(S, n_tasks, E, T, L).sum(-1)
+                                           if algo.estimator == "gae" else adv_rows.view(S, n_tasks, E, T), cfg)
         for k, phase in enumerate(phases):
             sel = torch.isin(row_turn, torch.tensor(phase))
-            for _ in range(steps_per_phase):
-                new_rows = token_logp(theta).gather(2, ep_H).reshape(N * T, L)[sel]
+            if cfg.step != "gradient":
+                with torch.no_grad():
+                    for t in phase:
+                        _solve_turn(theta, problem, t, p_old * active[..., t],
+                                    (factor.view(S, n_tasks, E) if carry else 1.0) * adv_T[..., t], cfg)
+                steps += 1
+                iteration_clip.append(0.0)
+            for _ in range(steps_per_phase if cfg.step == "gradient" else 0):
+                new_rows = policy_rows(theta, ep_TL)[sel]
                 loss, metrics = loss_fn(
                     new_rows, old_rows[sel], adv_rows[sel], mask[sel], clip_eps=sched.clip_eps,
                     clip_eps_high=sched.clip_eps_high, factor_N=factor[row_ep[sel]] if carry else None,
@@ -171,10 +224,10 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
                 iteration_clip.append(float(metrics["clipfrac"]))
             if carry and k + 1 < len(phases):
                 with torch.no_grad():
-                    new_all = token_logp(theta).gather(2, ep_H).reshape(N * T, L)
+                    new_all = policy_rows(theta, ep_TL)
                     for t in phase:
                         rows = row_turn == t
-                        lw = factor_log_ratio(new_all[rows], old_rows[rows], mask[rows], cfg.factor_ratio)
+                        lw = factor_log_ratio(new_all[rows], old_rows[rows], factor_mask[rows], cfg.factor_ratio)
                         factor = update_factor(factor, row_ep[rows], lw, clip=cfg.factor_clip)
         returns.append(expected_return(theta))
         clipfracs.append(sum(iteration_clip) / len(iteration_clip))
@@ -202,3 +255,71 @@ def _exact_values(p_old: torch.Tensor, R: torch.Tensor, tree_node: torch.Tensor)
     value = torch.zeros_like(reach).index_add_(
         2, idx, (p_old * R).unsqueeze(-1).expand(-1, -1, -1, H).reshape(S, n_tasks, -1))
     return value / reach.clamp_min(torch.finfo(p_old.dtype).tiny)
+
+
+def _exact_step_advantages(problem: Problem, p_old: torch.Tensor, adv_ET: torch.Tensor, cfg: RunConfig) -> torch.Tensor:
+    """``[S, tasks, n_traj, T]`` the advantage each turn's exact step uses: the estimator's (GRAE's
+    return-based one, or the exact critic's ``Q - V``), or with ``advantage="q"`` GRAE's centred
+    return replaced by its mean given the turn's state and response, ``Q(s_t, a_t) - b`` (the return's
+    spread within ``(s_t, a_t)`` removed, ``Delta(s_t)`` kept)."""
+    if cfg.advantage == "returns":
+        return adv_ET
+    shape = problem.shape
+    centred = adv_ET[..., 0]  # GRAE: the same for every turn
+    out = []
+    for t in range(shape.turns):
+        node = shape._code(slice(0, shape.turn_start(t) + shape.tokens_per_turn))  # (s_t, a_t)
+        n = int(node.max()) + 1
+        reach = torch.zeros(*p_old.shape[:2], n, dtype=p_old.dtype).index_add_(2, node, p_old)
+        total = torch.zeros_like(reach).index_add_(2, node, p_old * centred)
+        out.append((total / reach.clamp_min(1e-300))[:, :, node])
+    return torch.stack(out, -1)
+
+
+def _solve_turn(theta: torch.Tensor, problem: Problem, t: int, q_traj: torch.Tensor, fa_traj: torch.Tensor,
+                cfg: RunConfig) -> None:
+    """Set turn ``t``'s per-turn tables to the maximiser of its exact surrogate (module docstring).
+
+    ``q_traj``: ``[S, tasks, n_traj]`` each trajectory's probability under the sampling policy (0 where
+    the turn is not played); ``fa_traj``: its factor times advantage for this turn."""
+    shape = problem.shape
+    V, L, start = shape.vocab, shape.tokens_per_turn, shape.turn_start(t)
+    n_a = V**L
+    n_s = V**start
+    state = shape._code(slice(0, start))
+    idx = state * n_a + shape.turn_code(t)  # [n_traj] (state, response)
+    S, n_tasks = q_traj.shape[:2]
+    # pi_old(a | s) from the tables: the turn's token log-probs, the same on every trajectory of (s, a)
+    logp = torch.log_softmax(theta, -1)[:, :, shape.tree_node, shape.tokens]
+    turn_logp = logp[..., start:start + L].sum(-1)
+    log_old = torch.zeros(S, n_tasks, n_s * n_a, dtype=theta.dtype).scatter_(2, idx.expand(S, n_tasks, -1), turn_logp)
+    log_old = log_old.view(S, n_tasks, n_s, n_a)
+
+    def add(values):
+        return torch.zeros(S, n_tasks, n_s * n_a, dtype=theta.dtype).index_add_(2, idx, values).view(S, n_tasks, n_s, n_a)
+
+    q = add(q_traj)  # reach of (s, a)
+    d = q.sum(-1, keepdim=True)  # reach of s
+    if cfg.step == "kl":
+        value = add(q_traj * fa_traj) / q.clamp_min(1e-300)
+        log_new = torch.log_softmax(log_old + value / cfg.beta, -1)
+    else:
+        eps = cfg.step_clip
+        pos, neg = add(q_traj * fa_traj.clamp_min(0)), add(q_traj * fa_traj.clamp_max(0))
+        qq = q.clamp_min(1e-300)
+        density = torch.cat([pos / qq, (pos + neg) / qq, neg / qq], -1)  # slope per unit of probability
+        cap = torch.cat([q * (1 - eps), q * 2 * eps, torch.full_like(q, float("inf"))], -1)
+        order = torch.sort(density, dim=-1, descending=True, stable=True).indices
+        cap_sorted = cap.gather(-1, order)
+        before = torch.cat([torch.zeros_like(cap_sorted[..., :1]), cap_sorted[..., :-1].cumsum(-1)], -1)
+        fill = torch.minimum((d - before).clamp_min(0), cap_sorted)
+        fill = torch.zeros_like(fill).scatter_(-1, order, fill).view(S, n_tasks, n_s, 3, n_a).sum(-2)
+        log_new = torch.log_softmax((fill / d.clamp_min(1e-300)).clamp_min(1e-12).log(), -1)
+    log_new = torch.where(d > 0, log_new, log_old)  # a state never reached keeps its policy
+    # write the response distribution into the turn's token tables: logit = log P(prefix + v) - log P(prefix)
+    offset = sum(V**i for i in range(start))
+    for j in range(L):
+        prefix = torch.logsumexp(log_new.reshape(S, n_tasks, n_s * V**j, V**(L - j)), -1)
+        child = torch.logsumexp(log_new.reshape(S, n_tasks, n_s * V**j, V, V**(L - j - 1)), -1)
+        theta[:, :, offset:offset + n_s * V**j] = child - prefix.unsqueeze(-1)
+        offset += n_s * V**j

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from seeupo.core.algorithms import get_algorithm
-from seeupo.lab.problems import TreeShape, separated_problem, trap_problem
+from seeupo.lab.problems import TreeShape, broken_trap_problem, iid_problem, separated_problem, trap_problem
 from seeupo.lab.runner import RunConfig, run, schedule
 
 ALGOS = ("ppo", "grpo", "gspo", "rloo", "reinforce", "seeupo", "seeupo-natural", "seeupo-random")
@@ -120,10 +120,7 @@ def plan(*, quick: bool, seeds: int | None = None) -> list[Job]:
 def run_job(job: Job) -> tuple[dict, list[float]]:
     """Run one job; return its table row and the mean normalised-gap curve (for the plot)."""
     torch.set_num_threads(1)
-    if job.problem == "trap":
-        problem = trap_problem(list(job.seeds))
-    else:
-        problem = separated_problem(SHAPES[job.setting], N_TASKS, [1000 + s for s in job.seeds])
+    problem = make_problem(job)
     algo = get_algorithm(job.algorithm)
     res = run(problem, algo, mode=job.mode, policy=job.policy, cfg=job.cfg, seed=17)
     gap = (problem.optimum.unsqueeze(-1) - res.returns) / problem.reward_range.unsqueeze(-1)
@@ -157,8 +154,27 @@ def run_job(job: Job) -> tuple[dict, list[float]]:
         "norm": job.cfg.norm or algo.norm if algo.estimator == "grae" else "gae",
         "clipfrac_mean": res.diagnostics["clipfrac_mean"],
         "clipfrac_first_tenth": res.diagnostics["clipfrac_first_tenth"],
+        "step": job.cfg.step,
+        "step_size": (job.cfg.beta if job.cfg.step == "kl" else job.cfg.step_clip if job.cfg.step == "clip"
+                      else res.lr),
+        "advantage": job.cfg.advantage,
     }
     return row, gap.mean(0).tolist()
+
+
+def make_problem(job: Job):
+    """The job's problem instances: ``separated``, ``trap``, ``trap-KIND@LEVEL`` (a broken trap,
+    ``problems.broken_trap_problem``) or ``iid:T,L,V`` (i.i.d. rewards, 2 tasks per instance)."""
+    seeds = list(job.seeds)
+    if job.problem == "trap":
+        return trap_problem(seeds)
+    if job.problem.startswith("trap-"):
+        kind, level = job.problem[len("trap-"):].split("@")
+        return broken_trap_problem(seeds, kind, float(level))
+    if job.problem.startswith("iid:"):
+        T, L, V = (int(x) for x in job.problem[len("iid:"):].split(","))
+        return iid_problem(TreeShape(turns=T, tokens_per_turn=L, vocab=V), 2, [5000 + s for s in seeds])
+    return separated_problem(SHAPES[job.setting], N_TASKS, [1000 + s for s in seeds])
 
 
 def _median_first(reached_SI: torch.Tensor) -> float | None:
@@ -196,7 +212,7 @@ def measure(jobs: list[Job], *, workers: int | None = None, progress=None) -> li
 
 def _cost(job: Job) -> float:
     """A rough relative cost of a job: trajectories x optimizer steps per iteration x iterations."""
-    shape = SHAPES[job.setting] if job.problem == "separated" else TreeShape(turns=2, tokens_per_turn=2, vocab=2)
+    shape = make_problem(replace(job, seeds=(0,))).shape
     algo = get_algorithm(job.algorithm)
     sched = schedule(algo, job.cfg)
     phases = shape.turns if (job.cfg.order or algo.order) != "joint" else 1
