@@ -6,7 +6,9 @@ or ``$SEEUPO_VLLM_PYTHON``; default: this Python if it has vLLM): ``vllm`` on GP
 CPUs. The worker (``vllm_worker.py``) loads the base model from a folder; after every change of the
 learner's weights the sampler hands them over before the next generation: LoRA adapters are saved to
 a new folder and passed as a new LoRA request (cheap), full weights are saved and the engine is
-restarted on them (slow: meant for small models and tests). Each request carries a seed drawn from
+restarted on them (slow: meant for small models and tests). With turn adapters
+(``model.turn_adapters``, LoRA only) every adapter is saved to its own folder and served as its own
+LoRA request; ``begin_turn`` picks the one the next turn is generated under. Each request carries a seed drawn from
 its episode's own generator, so samples do not depend on the batch. The sampling log-probs are
 vLLM's processed (temperature-scaled) ones; the learner's ``logp_gap_max`` shows how far they are from
 its own.
@@ -69,6 +71,16 @@ class VLLMSampler:
         self._synced = None  # the weights version the engine holds
         self._lora_id = 0
         self._engine_dir = None
+        self._loras: list[dict] = []  # with turn adapters: one LoRA request per adapter
+        self._turn_adapter = 0  # the adapter the next turn is generated under
+
+    turn_adapters = None  # models.turns.TurnAdapters (LoRA adapters only; set by the trainer)
+
+    def begin_turn(self, turn: int) -> None:
+        """The episode runner is about to generate turn ``turn``: serve it its adapter."""
+        if self.turn_adapters is not None:
+            self._turn_adapter = self.turn_adapters.index_of(turn, n=self.turn_adapters.n_adapters,
+                                                             max_turns=self.turn_adapters.max_turns)
 
     def close(self) -> None:
         if getattr(self, "worker", None):
@@ -82,11 +94,22 @@ class VLLMSampler:
         if self.lora_rank:
             if self._engine_dir is None:
                 self._start_engine(self.base_dir)
-            self._lora_id += 1
-            path = self.workdir / f"adapter-{self._lora_id}"
-            self.model.save_pretrained(str(path))
-            shutil.rmtree(self.workdir / f"adapter-{self._lora_id - 2}", ignore_errors=True)
-            self._lora = {"path": str(path), "id": self._lora_id}
+            if self.turn_adapters is None:
+                self._lora_id += 1
+                path = self.workdir / f"adapter-{self._lora_id}"
+                self.model.save_pretrained(str(path))
+                shutil.rmtree(self.workdir / f"adapter-{self._lora_id - 2}", ignore_errors=True)
+                self._lora = {"path": str(path), "id": self._lora_id}
+            else:  # PEFT saves "default" in the folder and every other adapter in a subfolder of its name
+                path = self.workdir / f"adapters-{version}"
+                self.model.save_pretrained(str(path))
+                self._loras = []
+                for name in self.turn_adapters.names:
+                    self._lora_id += 1
+                    self._loras.append({"path": str(path if name == "default" else path / name), "id": self._lora_id})
+                old = self.workdir / f"adapters-{self._synced}"
+                if self._synced is not None and old != path:
+                    shutil.rmtree(old, ignore_errors=True)
         else:
             path = self.workdir / f"weights-{version}"
             self.model.save_pretrained(str(path), safe_serialization=True)
@@ -99,8 +122,9 @@ class VLLMSampler:
         self._synced = version
 
     def _start_engine(self, model_dir: str) -> None:
+        n_loras = self.turn_adapters.n_adapters if self.turn_adapters is not None else 1
         self.worker.ask("init", model=model_dir, max_model_len=self.max_model_len, seed=self.seed,
-                   max_lora_rank=self.lora_rank, memory_utilization=self.memory_utilization)
+                   max_lora_rank=self.lora_rank, max_loras=n_loras, memory_utilization=self.memory_utilization)
         self._engine_dir = model_dir
 
     # ------------------------------------------------------------------ generation
@@ -113,6 +137,7 @@ class VLLMSampler:
         if self._engine_dir is None:
             raise RuntimeError("VLLMSampler.sync(version) must run before the first generation")
         seeds = [int(torch.randint(0, 2**31 - 1, (), generator=g)) for g in generators]
+        lora = self._loras[self._turn_adapter] if self._loras else self._lora
         out = self.worker.ask("generate", prompts=prompts, seeds=seeds, max_new_tokens=max_new_tokens,
-                         temperature=self.temperature, stop_ids=self.eos_ids, lora=self._lora)
+                         temperature=self.temperature, stop_ids=self.eos_ids, lora=lora)
         return [Sample(s["ids"], s["logp"], s["finished"]) for s in out["samples"]]

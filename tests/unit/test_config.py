@@ -38,7 +38,8 @@ def test_overrides_are_typed():
     ("model.turn_adapters=per_turn algo.name=grpo", "set algo.rows=turn"),
     ("model.turn_adapters=per_turn algo.name=ppo", "PPO's GAE update"),
     ("model.turn_adapters=per_turn algo.order=buckets:2", "cannot be combined"),
-    ("model.turn_adapters=per_turn rollout.backend=vllm", "runs on rollout.backend=hf"),
+    ("model.turn_adapters=per_turn rollout.backend=vllm model.lora=false", "needs LoRA turn adapters"),
+    ("model.turn_embedding=true rollout.backend=vllm", "needs LoRA turn adapters"),
     ("algo.order=buckets:2 algo.turn_alignment=from_end", "needs algo.turn_alignment=from_start"),
     ("nonsense", "section.key=value"),
 ])
@@ -133,3 +134,8 @@ def test_a_clip_range_set_by_its_low_side_is_symmetric(tmp_path):
     resumed = load_config(str(tmp_path / "config.yaml"), ["algo.clip_eps=0.1"]).algo.schedule()
     assert resumed.as_dict()["clip_eps_high"] == 0.1
     assert load_config("default", ["algo.name=gspo"]).algo.schedule().clip_eps_high == 4e-4  # untouched
+
+
+def test_lora_turn_adapters_load_on_the_vllm_backend():
+    cfg = load_config("default", ["model.turn_adapters=per_turn", "rollout.backend=vllm"])
+    assert cfg.model.lora and cfg.model.turn_adapters == "per_turn"
