@@ -43,3 +43,29 @@ def test_table1_small_plan_writes_contract(tmp_path, monkeypatch):
 def test_cli_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "seeupo", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "train" in out.stdout and "lab" in out.stdout
+
+
+def test_lab_reach_small_plan_writes_its_tables(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from seeupo.lab import reach
+
+    real_plan = reach.plan
+
+    def small_plan(*, quick, seeds=None):  # 2 seeds, 6 iterations, 4 search instances
+        return [replace(j, seeds=j.seeds[:4] if j.section == "search" else j.seeds[:2],
+                        cfg=replace(j.cfg, iterations=6)) for j in real_plan(quick=True)]
+
+    monkeypatch.setattr(reach, "plan", small_plan)
+    res = CliRunner().invoke(app, ["lab", "reach", "--quick", "--out", str(tmp_path), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "reach.json").read_text())
+    assert {r["variant"] for r in data["gradient"]} == set(reach.LEVELS)
+    assert {r["step"] for r in data["exact_step"]} == {"kl", "clip"}
+    assert {r["policy"] for r in data["gradient"]} == {"per_turn", "shared"} and data["sampled"]
+    tool = sorted({r["level"] for r in data["gradient"] if r["variant"] == "tool"})
+    assert tool == list(reach.LEVELS["tool"])
+    md = (tmp_path / "reach.md").read_text()
+    assert md.startswith("# How far the guarantees reach") and "| tool | 0.3 |" in md
+    assert (tmp_path / "reach.png").stat().st_size > 10_000
+    assert "with a drop under the exact step" in res.output
