@@ -140,3 +140,17 @@ def test_every_shipped_experiment_loads_and_quick_arms_pick_a_subset(tmp_path):
     bad.write_text(yaml.safe_dump(spec))
     with pytest.raises(Exception, match="include the reference"):
         load_experiment(str(bad))
+
+
+def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from seeupo.cli import app
+
+    path = _experiment(tmp_path, {"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"], "c": ["algo.name=gspo"]})
+    spec = yaml.safe_load(path.read_text())
+    spec["quick"] = {"arms": ["a"], "seeds": [0]}
+    path.write_text(yaml.safe_dump(spec))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--quick", "--out", str(tmp_path / "out"), "--workers", "1"])
+    assert res.exit_code == 0, res.output  # 1 of 1 trial done: success, not "1/6 finished"
+    assert "1 arms x 1 seeds = 1 trials" in res.output and "1/1 trials finished" in res.output
