@@ -20,11 +20,10 @@ exact improvement step that takes the optimiser out of the question (issue 16).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
-from seeupo.lab.table1 import BASE_LR, DROP_TOL, LAB_EPOCHS, OPTIMAL_TOL, Job, lab_config, measure
+from seeupo.lab.table1 import BASE_LR, DROP_TOL, LAB_EPOCHS, OPTIMAL_TOL, Job, lab_config, measure, write_outputs
 
 ALGOS = ("seeupo", "seeupo-natural", "gspo", "grpo", "ppo")
 LEVELS = {"tool": (0.0, 0.1, 0.2, 0.3), "noise": (0.0, 0.25, 0.5), "shaping": (0.0, 0.25, 0.5, 1.0),
@@ -163,14 +162,7 @@ def plot(table: dict, path: Path) -> None:
 
 
 def write(table: dict, out: Path) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "reach.json", "md": out / "reach.md", "png": out / "reach.png"}
-    tmp = paths["json"].with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    tmp.replace(paths["json"])
-    paths["md"].write_text(markdown(table))
-    plot(table, paths["png"])
-    return paths
+    return write_outputs(table, out, "reach", markdown, plot)
 
 
 __all__ = ["plan", "measure", "assemble", "write", "markdown"]

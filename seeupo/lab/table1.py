@@ -336,11 +336,16 @@ def plot(table: dict, path: Path) -> None:
 
 
 def write(table: dict, out: Path) -> dict[str, Path]:
+    return write_outputs(table, out, "table1", markdown, plot)
+
+
+def write_outputs(table: dict, out: Path, stem: str, to_markdown, to_plot) -> dict[str, Path]:
+    """``out/STEM.json`` (replaced atomically), ``STEM.md`` and ``STEM.png`` of a lab table."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "table1.json", "md": out / "table1.md", "png": out / "table1.png"}
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md", "png": out / f"{stem}.png"}
     tmp = paths["json"].with_suffix(".json.tmp")
     tmp.write_text(json.dumps(table, indent=1))
     tmp.replace(paths["json"])
-    paths["md"].write_text(markdown(table))
-    plot(table, paths["png"])
+    paths["md"].write_text(to_markdown(table))
+    to_plot(table, paths["png"])
     return paths
