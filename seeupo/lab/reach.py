@@ -31,9 +31,11 @@ LEVELS = {"tool": (0.0, 0.1, 0.2, 0.3), "noise": (0.0, 0.25, 0.5), "shaping": (0
 BETA = 0.05
 CLIP = 0.2
 SEARCH_SHAPES = ("2,1,3", "3,1,2", "2,2,2", "3,1,3")
-# (algorithm, advantage): GRAE on returns, GRAE on Q(s_t, a_t) - b (Delta alone), the exact critic, SeeUPO
-SEARCH_VARIANTS = (("grpo", "returns"), ("grpo", "q"), ("ppo", "returns"), ("seeupo", "returns"),
-                   ("seeupo-natural", "returns"))
+# (algorithm, advantage, factor): GRAE on returns, GRAE on Q(s_t, a_t) - b (Delta alone), the exact critic,
+# SeeUPO with the geometric factor (the default, the authors' code) and the full one (the paper's Eq. 8)
+SEARCH_VARIANTS = (("grpo", "returns", "geometric"), ("grpo", "q", "geometric"), ("ppo", "returns", "geometric"),
+                   ("seeupo", "returns", "geometric"), ("seeupo", "returns", "full"),
+                   ("seeupo-natural", "returns", "geometric"))
 
 
 def matched(algo: str, **fields):
@@ -67,11 +69,11 @@ def plan(*, quick: bool, seeds: int | None = None) -> list[Job]:
                                                step=step, beta=BETA, step_clip=CLIP), seed_list, kind))
     search_seeds = tuple(range(40 if quick else 200))
     for shape in SEARCH_SHAPES:
-        for algo, adv in SEARCH_VARIANTS:
+        for algo, adv, factor in SEARCH_VARIANTS:
             for step in ("kl", "clip"):
                 jobs.append(Job("search", f"iid:{shape}", "multi_turn", "exact", "per_turn", algo,
                                 lab_config(algo, iterations=30, init_std=1.0, norm="none" if algo != "ppo" else None,
-                                           step=step, beta=BETA, step_clip=CLIP, advantage=adv),
+                                           step=step, beta=BETA, step_clip=CLIP, advantage=adv, factor_ratio=factor),
                                 search_seeds, f"iid {shape.replace(',', 'x')}"))
     return jobs
 
@@ -84,7 +86,7 @@ SECTIONS = {
     "search": "Search: random instances under the exact step (a drop would be a counterexample)",
 }
 COLUMNS = [("variant", "break", "{}"), ("level", "level", "{:g}"), ("algorithm", "algorithm", "{}"),
-           ("advantage", "advantage", "{}"), ("policy", "policy", "{}"), ("step", "step", "{}"),
+           ("advantage", "advantage", "{}"), ("factor", "factor", "{}"), ("policy", "policy", "{}"), ("step", "step", "{}"),
            ("step_size", "lr / beta / eps", "{:g}"), ("optimal_rate", "optimal", "{:.2f}"),
            ("mean_final_gap", "final gap", "{:.4f}"), ("monotonic_violation_rate", "drops", "{:.3f}"),
            ("seeds_with_drop", "seeds w/ drop", "{}"), ("max_drop", "max drop", "{:.2g}"),
@@ -97,7 +99,8 @@ def assemble(results) -> dict:
     for job, row, curve in results:
         row = {**row, "level": float(job.problem.split("@")[1]) if "@" in job.problem else 0.0}
         table[job.section].append(row)
-        table["curves"][f"{job.section}|{job.problem}|{job.policy}|{row['step']}|{job.algorithm}|{row['advantage']}"] = curve
+        table["curves"][f"{job.section}|{job.problem}|{job.policy}|{row['step']}|{job.algorithm}|{row['advantage']}"
+                         f"|{row['factor']}"] = curve
     table["config"] = {"levels": {k: list(v) for k, v in LEVELS.items()}, "beta": BETA, "clip": CLIP,
                        "optimal_tolerance": OPTIMAL_TOL, "drop_tolerance": DROP_TOL, "lab_epochs": LAB_EPOCHS,
                        "search_shapes": list(SEARCH_SHAPES)}
@@ -114,7 +117,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 
 def _order(r: dict):
-    return (r["variant"], r["level"], r["policy"], r["step"], ALGOS.index(r["algorithm"]), r["advantage"])
+    return (r["variant"], r["level"], r["policy"], r["step"], ALGOS.index(r["algorithm"]), r["advantage"], r["factor"])
 
 
 def markdown(table: dict) -> str:

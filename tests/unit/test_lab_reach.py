@@ -129,6 +129,11 @@ def test_an_exact_per_state_step_never_lowers_the_exact_return(step):
                   cfg=RunConfig(iterations=12, step=step, beta=0.05, norm="none", init_std=1.0))
         assert float(res.returns.diff(dim=-1).min()) > -1e-12, (algo, step)
         assert float((res.returns[:, -1] - res.returns[:, 0]).min()) > 0
+    # two tokens a turn: the argument holds for SeeUPO with the full factor (the later turns' new policy)
+    p2 = iid_problem(TreeShape(turns=2, tokens_per_turn=2, vocab=2), 2, list(range(30)))
+    res = run(p2, get_algorithm("seeupo"), mode="exact", policy="per_turn",
+              cfg=RunConfig(iterations=12, step=step, beta=0.05, norm="none", init_std=1.0, factor_ratio="full"))
+    assert float(res.returns.diff(dim=-1).min()) > -1e-12
 
 
 def test_grae_and_the_exact_critic_take_the_same_kl_step():
