@@ -159,6 +159,10 @@ M = [
   "tests/unit/test_lab_reach.py -k unplayed"),
  ("lab: environment row trained", "seeupo/lab/runner.py", "        env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)",
   "        env = torch.zeros(S, n_tasks, 1, shape.vocab, dtype=torch.float64)", "tests/unit/test_lab_reach.py -k fixed"),
+ ("sweep: a closed trial's result lost", "seeupo/sweep/engine.py", "    study.add_trial(optuna.trial.create_trial(", "    (lambda *a: None)(optuna.trial.create_trial(",
+  "tests/integration/test_sweep.py -k popped"),
+ ("sweep: lock holder not recorded", "seeupo/sweep/engine.py", "f.write(str(trial_id) if trial_id is not None else \"\")", "f.write(\"\")",
+  "tests/integration/test_sweep.py -k popped"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

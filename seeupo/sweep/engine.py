@@ -159,16 +159,42 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
     return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
 
 
-def _lock(folder: Path):
-    """An exclusive lock on a trial folder (None when another process holds it)."""
+def _lock(folder: Path, trial_id: int | None = None):
+    """An exclusive lock on a trial folder: ``(the open lock file, None)``, or ``(None, the holder's
+    trial id)`` when another process holds it (the id it wrote, None if unknown)."""
     folder.mkdir(parents=True, exist_ok=True)
-    f = open(folder / ".lock", "w")
+    f = open(folder / ".lock", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        f.seek(0)
+        text = f.read().strip()
         f.close()
-        return None
-    return f
+        return None, int(text) if text.isdigit() else None
+    f.seek(0)
+    f.truncate()
+    f.write(str(trial_id) if trial_id is not None else "")
+    f.flush()
+    return f, None
+
+
+def _tell_done(study, trial, arm: str, seed: int, value: float, seeds: list[int], arms: list[str]) -> None:
+    """Record a finished trial. Two workers can pop the same queued trial from a SQLite study (seen
+    with Optuna 4 under load); the one that does not get the folder's lock leaves it alone, but if the
+    trial was closed meanwhile anyway, the result is recorded as a new complete trial of its key."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+        try:
+            study.tell(trial, value)
+            return
+        except ValueError:  # closed between the check and the tell
+            pass
+    dist = {"arm": optuna.distributions.CategoricalDistribution(arms),
+            "seed": optuna.distributions.CategoricalDistribution(seeds)}
+    study.add_trial(optuna.trial.create_trial(params={"arm": arm, "seed": seed}, distributions=dist, value=value,
+                                              user_attrs={KEY: _key(arm, seed)}))
 
 
 def work(spec: SweepSpec, on_trial=None) -> None:
@@ -188,9 +214,10 @@ def work(spec: SweepSpec, on_trial=None) -> None:
         seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
         arm = trial.suggest_categorical("arm", list(arms))  # the queued values (fixed params)
         seed = trial.suggest_categorical("seed", seeds)
-        lock = _lock(spec.folder(arm, seed))
+        lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
         if lock is None:  # already being trained elsewhere
-            study.tell(trial, state=TrialState.PRUNED)
+            if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
+                study.tell(trial, state=TrialState.PRUNED)
             continue
         start = time.perf_counter()
         try:
@@ -207,7 +234,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             continue
         finally:
             lock.close()
-        study.tell(trial, value)
+        _tell_done(study, trial, arm, seed, value, seeds, list(arms))
         if on_trial:
             on_trial(arm, seed, value, time.perf_counter() - start)
 
@@ -254,7 +281,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             trial = study.ask()
             params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
             folder = spec.out / "tune" / arm / _params_key(params)
-            lock = _lock(folder)
+            lock, _ = _lock(folder, trial._trial_id)
             if lock is None:  # these parameters are being tried elsewhere
                 study.tell(trial, state=TrialState.PRUNED)
                 continue

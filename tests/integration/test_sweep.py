@@ -154,3 +154,28 @@ def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
     res = CliRunner().invoke(app, ["sweep", str(path), "--quick", "--out", str(tmp_path / "out"), "--workers", "1"])
     assert res.exit_code == 0, res.output  # 1 of 1 trial done: success, not "1/6 finished"
     assert "1 arms x 1 seeds = 1 trials" in res.output and "1/1 trials finished" in res.output
+
+
+def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):
+    """Two workers can pop the same queued trial from a SQLite study: the one without the folder's
+    lock leaves the trial to its holder, and a result whose trial was closed meanwhile is still
+    recorded as complete (the cost sweep crashed with "Cannot tell a PRUNED trial")."""
+    from optuna.trial import TrialState
+
+    from seeupo.sweep.engine import _lock, _study, _tell_done, prepare
+
+    exp = load_experiment(str(_experiment(tmp_path, {"a": ["algo.name=seeupo"]}, seeds=(0,))))
+    spec = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
+    spec.out.mkdir()
+    assert prepare(spec)["queued"] == 1
+    study = _study(spec)
+    trial = study.ask()
+    held, holder = _lock(spec.folder("a", 0), trial._trial_id)
+    again, holder = _lock(spec.folder("a", 0), trial._trial_id)
+    assert held is not None and again is None and holder == trial._trial_id  # the second sees who holds it
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.PRUNED)  # closed meanwhile
+    _tell_done(study, trial, "a", 0, 0.5, [0], ["a"])
+    held.close()
+    done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    assert len(done) == 1 and done[0].value == 0.5 and done[0].user_attrs["key"] == "a/seed-0"
+    assert prepare(spec) == {"done": 1, "queued": 0, "given_up": 0}
