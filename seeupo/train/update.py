@@ -190,7 +190,12 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             rows = pools.select(idx)
         natural = rows
         cont = None
-        ref = None if ref_all is None else ref_all[idx][:, : rows.input_ids.shape[1]]
+        if ref_all is None:
+            ref = None
+        elif segment:  # its loss covers earlier turns' tokens, which the pools' reference pass skipped
+            ref = _reference(ctx, rows)
+        else:
+            ref = ref_all[idx][:, : rows.input_ids.shape[1]]
         owed = prev[1] if prev is not None else None
         if prev is not None and (len(phase) == 1 or segment) and min(prev[1]) == max(phase) + 1:
             cont = _continuation(rows, prev[0], prev[1])

@@ -105,6 +105,10 @@ def test_buckets_run_through_the_trainer(tmp_path, episodes):
     assert r["optimizer_steps"] == 2 * 2
     assert r["turn"]["1"]["phase"] == r["turn"]["2"]["phase"] == 0 and r["turn"]["0"]["phase"] == 1
     assert r["turn"]["0"]["fused"] and r["turn"]["0"]["factor_max"] != r["turn"]["0"]["factor_min"]
+    # the KL anchor of a segment row covers every turn of its bucket: the same order of KL as the reverse
+    # schedule's turn phases (it measured 19624 when the anchor's log-probs were those of the last turn only)
+    rev = update(trainer(tmp_path / "rev"), episodes)
+    assert 0 <= r["turn"]["1"]["kl"] < 5 * max(rev["turn"][t]["kl"] for t in "12"), (r["turn"]["1"], rev["turn"])
 
 
 def test_update_turns_trains_only_the_chosen_turns(tmp_path, episodes):
