@@ -163,8 +163,8 @@ M = [
   "tests/integration/test_sweep.py -k popped"),
  ("sweep: lock holder not recorded", "seeupo/sweep/engine.py", "f.write(str(trial_id) if trial_id is not None else \"\")", "f.write(\"\")",
   "tests/integration/test_sweep.py -k popped"),
- ("buckets: the segment's KL anchor from the last turn's row", "seeupo/train/update.py", "        elif segment:  # its loss covers earlier turns' tokens",
-  "        elif False:  # its loss covers earlier turns' tokens", "tests/integration/test_driver.py -k buckets"),
+ ("buckets: the segment's KL anchor from the last turn's row", "seeupo/train/update.py", "                         if segmented else pools)",
+  "                         if False else pools)", "tests/integration/test_driver.py -k buckets"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -180,7 +180,10 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
                 and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None
                 and turn_adapters_of(ctx.model) is None)
     prev = None  # (rows, turns) of the previous phase, when its factor is still owed
-    ref_all = _reference(ctx, pools)  # the KL reference's log-probs, for every pool in one pass
+    # the KL reference's log-probs, for every pool in one pass; a bucket's segment row is a pool row with
+    # its loss on every turn of the bucket, so with buckets the pass scores every sampled token
+    ref_all = _reference(ctx, replace(pools, loss_mask=(pools.token_turn >= 0).long() * pools.attention_mask)
+                         if segmented else pools)
     for k, phase in enumerate(phases):
         segment = segmented and len(phase) > 1
         if segment:
@@ -190,12 +193,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
             rows = pools.select(idx)
         natural = rows
         cont = None
-        if ref_all is None:
-            ref = None
-        elif segment:  # its loss covers earlier turns' tokens, which the pools' reference pass skipped
-            ref = _reference(ctx, rows)
-        else:
-            ref = ref_all[idx][:, : rows.input_ids.shape[1]]
+        ref = None if ref_all is None else ref_all[idx][:, : rows.input_ids.shape[1]]
         owed = prev[1] if prev is not None else None
         if prev is not None and (len(phase) == 1 or segment) and min(prev[1]) == max(phase) + 1:
             cont = _continuation(rows, prev[0], prev[1])
