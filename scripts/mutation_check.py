@@ -165,6 +165,9 @@ M = [
   "tests/integration/test_sweep.py -k popped"),
  ("buckets: the segment's KL anchor from the last turn's row", "seeupo/train/update.py", "                         if segmented else pools)",
   "                         if False else pools)", "tests/integration/test_driver.py -k buckets"),
+ ("sweep: arms as an Optuna categorical", "seeupo/sweep/engine.py", 'arm, seed = fixed["arm"], fixed["seed"]',
+  'arm, seed = trial.suggest_categorical("arm", list(arms)), trial.suggest_categorical("seed", seeds)',
+  "tests/integration/test_sweep.py -k gains"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

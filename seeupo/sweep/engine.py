@@ -178,7 +178,7 @@ def _lock(folder: Path, trial_id: int | None = None):
     return f, None
 
 
-def _tell_done(study, trial, arm: str, seed: int, value: float, seeds: list[int], arms: list[str]) -> None:
+def _tell_done(study, trial, arm: str, seed: int, value: float) -> None:
     """Record a finished trial. Two workers can pop the same queued trial from a SQLite study (seen
     with Optuna 4 under load); the one that does not get the folder's lock leaves it alone, but if the
     trial was closed meanwhile anyway, the result is recorded as a new complete trial of its key."""
@@ -191,10 +191,7 @@ def _tell_done(study, trial, arm: str, seed: int, value: float, seeds: list[int]
             return
         except ValueError:  # closed between the check and the tell
             pass
-    dist = {"arm": optuna.distributions.CategoricalDistribution(arms),
-            "seed": optuna.distributions.CategoricalDistribution(seeds)}
-    study.add_trial(optuna.trial.create_trial(params={"arm": arm, "seed": seed}, distributions=dist, value=value,
-                                              user_attrs={KEY: _key(arm, seed)}))
+    study.add_trial(optuna.trial.create_trial(value=value, user_attrs={KEY: _key(arm, seed)}))
 
 
 def work(spec: SweepSpec, on_trial=None) -> None:
@@ -212,8 +209,12 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             study._storage.set_trial_user_attr(trial._trial_id, "spare", True)
             continue
         seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
-        arm = trial.suggest_categorical("arm", list(arms))  # the queued values (fixed params)
-        seed = trial.suggest_categorical("seed", seeds)
+        # the queued values, read as they are: not Optuna parameters, whose categorical space could not
+        # grow when an experiment gains arms or seeds (the study would refuse every later trial)
+        arm, seed = fixed["arm"], fixed["seed"]
+        if arm not in arms or seed not in seeds:  # queued by an older version of the experiment
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
         lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
         if lock is None:  # already being trained elsewhere
             if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
@@ -234,7 +235,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             continue
         finally:
             lock.close()
-        _tell_done(study, trial, arm, seed, value, seeds, list(arms))
+        _tell_done(study, trial, arm, seed, value)
         if on_trial:
             on_trial(arm, seed, value, time.perf_counter() - start)
 

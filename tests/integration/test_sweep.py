@@ -174,8 +174,23 @@ def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):
     again, holder = _lock(spec.folder("a", 0), trial._trial_id)
     assert held is not None and again is None and holder == trial._trial_id  # the second sees who holds it
     study._storage.set_trial_state_values(trial._trial_id, TrialState.PRUNED)  # closed meanwhile
-    _tell_done(study, trial, "a", 0, 0.5, [0], ["a"])
+    _tell_done(study, trial, "a", 0, 0.5)
     held.close()
     done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
     assert len(done) == 1 and done[0].value == 0.5 and done[0].user_attrs["key"] == "a/seed-0"
     assert prepare(spec) == {"done": 1, "queued": 0, "given_up": 0}
+
+
+def test_an_experiment_that_gains_an_arm_runs_only_the_new_arm(tmp_path):
+    """Adding arms (or seeds) to a finished sweep: the same command trains just the new trials
+    (Optuna refused them when the arm was a categorical parameter: "dynamic value space")."""
+    path = _experiment(tmp_path, {"a": ["algo.name=seeupo"]}, seeds=(0,))
+    first = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
+    assert sweep(first)["done"] == 1
+    spec = yaml.safe_load(path.read_text())
+    spec["arms"]["b"] = ["algo.name=grpo"]
+    path.write_text(yaml.safe_dump(spec))
+    seen = []
+    grown = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
+    assert sweep(grown, on_trial=lambda *a: seen.append(a[:2])) == {"done": 2, "queued": 0, "given_up": 0}
+    assert seen == [("b", 0)]
