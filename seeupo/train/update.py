@@ -181,9 +181,16 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
                 and turn_adapters_of(ctx.model) is None)
     prev = None  # (rows, turns) of the previous phase, when its factor is still owed
     # the KL reference's log-probs, for every pool in one pass; a bucket's segment row is a pool row with
-    # its loss on every turn of the bucket, so with buckets the pass scores every sampled token
-    ref_all = _reference(ctx, replace(pools, loss_mask=(pools.token_turn >= 0).long() * pools.attention_mask)
-                         if segmented else pools)
+    # its loss on every turn of the bucket, so that row is scored on all of them (and no other row is)
+    ref_pools = pools
+    if segmented:
+        ref_mask = pools.loss_mask.clone()
+        for phase in phases:
+            if len(phase) > 1:
+                idx, seg = segment_rows(pools, phase)
+                ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))
+        ref_pools = replace(pools, loss_mask=ref_mask)
+    ref_all = _reference(ctx, ref_pools)
     for k, phase in enumerate(phases):
         segment = segmented and len(phase) > 1
         if segment:
