@@ -183,12 +183,13 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     # the KL reference's log-probs, for every pool in one pass; a bucket's segment row is a pool row with
     # its loss on every turn of the bucket, so that row is scored on all of them (and no other row is)
     ref_pools = pools
-    if segmented:
+    if segmented and ctx.spec.kl_coef > 0:
         ref_mask = pools.loss_mask.clone()
         for phase in phases:
             if len(phase) > 1:
-                idx, seg = segment_rows(pools, phase)
-                ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))
+                idx, seg = segment_rows(pools, phase)  # (trimmed to its own rows' width)
+                w = seg.loss_mask.shape[1]
+                ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))
         ref_pools = replace(pools, loss_mask=ref_mask)
     ref_all = _reference(ctx, ref_pools)
     for k, phase in enumerate(phases):

@@ -111,6 +111,39 @@ def test_buckets_run_through_the_trainer(tmp_path, episodes):
     assert 0 <= r["turn"]["1"]["kl"] < 5 * max(rev["turn"][t]["kl"] for t in "12"), (r["turn"]["1"], rev["turn"])
 
 
+def test_buckets_anchor_every_segment_at_four_turns(tmp_path):
+    """Two segment phases, the second over rows narrower than the pools (it crashed on the width)."""
+    import random
+
+    from seeupo.data.episode import Episode
+
+    tr = trainer(tmp_path, "algo.order=buckets:2", "rollout.max_turns=4")
+    rng, eps = random.Random(0), []
+    for i in range(4):
+        e = Episode(episode_id=i, task_id=f"t{i // 2}", group=i // 2, sample=i % 2, seed=i)
+        e.append([rng.randrange(50) for _ in range(6)])
+        for t in range(4):
+            if t:
+                e.append([rng.randrange(50) for _ in range(3)])
+            e.append([rng.randrange(50) for _ in range(4)], turn=t, logp=[0.0] * 4)
+            e.turn_ends.append(len(e.ids))
+            e.step_rewards.append(0.0)
+        e.step_rewards[-1] = float(i % 2)
+        e.end_reason = "done"
+        eps.append(e)
+    from seeupo.data.episode import trajectory_rows
+    from seeupo.train.learner import score
+
+    rows = trajectory_rows(eps, tr.tokenizer.pad_token_id)
+    logp, _ = score(tr.model, rows, temperature=1.0, budget_tokens=4096)
+    for i, e in enumerate(eps):  # sampled by the model itself: ratio 1 and KL 0 at the first step
+        e.logp = [float(x) if m else 0.0 for x, m in zip(logp[i, : len(e.ids)].tolist(), e.gen_mask)]
+    r = tr.update(eps, 0)
+    assert r["phase_order"] == [[2, 3], [0, 1]]
+    for t in "0123":
+        assert 0 <= r["turn"][t]["kl"] < 0.1, (t, r["turn"][t])
+
+
 def test_update_turns_trains_only_the_chosen_turns(tmp_path, episodes):
     from seeupo.data.episode import trajectory_rows
     from seeupo.train.trainer import keep_turns
