@@ -112,16 +112,9 @@ def lab_table1(
     """Measure the paper's Table 1: monotonic improvement and convergence of every algorithm."""
     from seeupo.lab import table1
 
-    jobs = table1.plan(quick=quick, seeds=seeds)
-    start = time.perf_counter()
-    with _progress() as bar:
-        task = bar.add_task(f"table1 ({len(jobs)} runs)", total=len(jobs))
-        results = table1.measure(jobs, workers=workers, progress=lambda: bar.advance(task))
-    table = table1.assemble(results)
-    paths = table1.write(table, out)
+    table, done = _lab(table1, "table1", quick, seeds, workers, out)
     _print_rows(table["rows"], "Table 1 (main rows)")
-    console.print(f"[bold]{len(jobs)} runs in {time.perf_counter() - start:.1f} s[/]; "
-                  f"wrote {paths['json']}, {paths['md']}, {paths['png']}")
+    done()
 
 
 @lab_app.command("reach")
@@ -136,17 +129,27 @@ def lab_reach(
     surrogate solved exactly, and a search for a drop under the exact step (docs/lab.md)."""
     from seeupo.lab import reach
 
-    jobs = reach.plan(quick=quick, seeds=seeds)
-    start = time.perf_counter()
-    with _progress() as bar:
-        task = bar.add_task(f"reach ({len(jobs)} runs)", total=len(jobs))
-        results = reach.measure(jobs, workers=workers, progress=lambda: bar.advance(task))
-    table = reach.assemble(results)
-    paths = reach.write(table, out)
+    table, done = _lab(reach, "reach", quick, seeds, workers, out)
     found = [r for r in table["search"] if r["seeds_with_drop"]]
     console.print(f"search: {len(table['search'])} rows, {len(found)} with a drop under the exact step")
-    console.print(f"[bold]{len(jobs)} runs in {time.perf_counter() - start:.1f} s[/]; "
-                  f"wrote {paths['json']}, {paths['md']}, {paths['png']}")
+    done()
+
+
+def _lab(mod, name: str, quick: bool, seeds, workers, out: Path):
+    """Plan, measure (with a progress bar), assemble and write one lab table; returns the table and
+    a function that prints the closing line (runs, seconds, files)."""
+    jobs = mod.plan(quick=quick, seeds=seeds)
+    start = time.perf_counter()
+    with _progress() as bar:
+        task = bar.add_task(f"{name} ({len(jobs)} runs)", total=len(jobs))
+        results = mod.measure(jobs, workers=workers, progress=lambda: bar.advance(task))
+    table = mod.assemble(results)
+    paths = mod.write(table, out)
+    seconds = time.perf_counter() - start
+
+    def done():
+        console.print(f"[bold]{len(jobs)} runs in {seconds:.1f} s[/]; wrote {paths['json']}, {paths['md']}, {paths['png']}")
+    return table, done
 
 
 def _print_rows(rows: list[dict], title: str) -> None:
