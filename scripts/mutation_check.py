@@ -163,13 +163,13 @@ M = [
   "tests/integration/test_sweep.py -k popped"),
  ("sweep: lock holder not recorded", "seeupo/sweep/engine.py", "f.write(str(trial_id) if trial_id is not None else \"\")", "f.write(\"\")",
   "tests/integration/test_sweep.py -k popped"),
- ("buckets: the segment's KL anchor from the last turn's row", "seeupo/train/update.py", "                ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
-  "                pass", "tests/integration/test_driver.py -k buckets"),
+ ("buckets: the segment's KL anchor from the last turn's row", "seeupo/train/update.py", "            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
+  "            pass", "tests/integration/test_driver.py -k buckets"),
  ("sweep: arms as an Optuna categorical", "seeupo/sweep/engine.py", 'arm, seed = fixed["arm"], fixed["seed"]',
   'arm, seed = trial.suggest_categorical("arm", list(arms)), trial.suggest_categorical("seed", seeds)',
   "tests/integration/test_sweep.py -k gains"),
- ("buckets: segment anchor mask not trimmed to its width", "seeupo/train/update.py", "                ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
-  "                ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))", "tests/integration/test_driver.py -k four_turns"),
+ ("buckets: segment anchor mask not trimmed to its width", "seeupo/train/update.py", "            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
+  "            ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))", "tests/integration/test_driver.py -k four_turns"),
 ]
 only = sys.argv[1:]
 for name, path, old, new, tests in M:

@@ -182,20 +182,19 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv_E: torch.Tensor, *, o
     prev = None  # (rows, turns) of the previous phase, when its factor is still owed
     # the KL reference's log-probs, for every pool in one pass; a bucket's segment row is a pool row with
     # its loss on every turn of the bucket, so that row is scored on all of them (and no other row is)
+    segments = {k: segment_rows(pools, phase) for k, phase in enumerate(phases) if segmented and len(phase) > 1}
     ref_pools = pools
-    if segmented and ctx.spec.kl_coef > 0:
+    if segments and ctx.spec.kl_coef > 0:
         ref_mask = pools.loss_mask.clone()
-        for phase in phases:
-            if len(phase) > 1:
-                idx, seg = segment_rows(pools, phase)  # (trimmed to its own rows' width)
-                w = seg.loss_mask.shape[1]
-                ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))
+        for idx, seg in segments.values():
+            w = seg.loss_mask.shape[1]  # (a segment's rows are trimmed to their own width)
+            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))
         ref_pools = replace(pools, loss_mask=ref_mask)
     ref_all = _reference(ctx, ref_pools)
     for k, phase in enumerate(phases):
-        segment = segmented and len(phase) > 1
+        segment = k in segments
         if segment:
-            idx, rows = segment_rows(pools, phase)
+            idx, rows = segments[k]
         else:
             idx = torch.nonzero(torch.isin(pools.turn, torch.tensor(phase))).squeeze(-1)
             rows = pools.select(idx)
