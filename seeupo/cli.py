@@ -457,7 +457,7 @@ def sweep_cmd(
     ones; optuna-dashboard sqlite:///OUT/study.db shows it live (docs/experiments.md)."""
     import json as _json
 
-    from seeupo.sweep.engine import SweepSpec, sweep
+    from seeupo.sweep.engine import INTERRUPTED, SweepSpec, sweep
     from seeupo.sweep.experiment import load_experiment
     from seeupo.train.config import ConfigError
 
@@ -486,7 +486,8 @@ def sweep_cmd(
 
     def on_trial(arm, seed, value, seconds):
         done[0] += 1
-        what = f"{exp.metric} {value:.3f}" if value is not None else "[failed: see its train.log]"
+        what = ("[failed: see its train.log]" if value is None else "[stopped from outside: queued again]"
+                if value == INTERRUPTED else f"{exp.metric} {value:.3f}")
         console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {done[0]} this run",
                       markup=False, highlight=False)
 

@@ -13,7 +13,8 @@ plus ``train.log``), trained by ``seeupo train`` in a child process with ``--tri
 threads (default 1, so a trial's result depends only on its config and seed, not on the worker
 count). Re-running the command skips finished trials (their ``summary.json``), resumes interrupted
 ones from their checkpoints (an interruption does not count as a failure), and re-queues failed
-ones up to ``max_retries`` times.
+ones up to ``max_retries`` times. A trial whose own run is stopped by SIGTERM, SIGINT or SIGHUP
+while the sweep goes on is an interruption too: queued again and resumed within the same sweep.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from seeupo.sweep.experiment import Experiment
 
 KEY = "key"  # a trial's user attribute: "ARM/seed-S"
+INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run was stopped from outside
 
 
 @dataclass
@@ -123,6 +125,18 @@ class TrialFailed(RuntimeError):
     pass
 
 
+class TrialInterrupted(RuntimeError):
+    """The trial's run was stopped from outside (SIGTERM, SIGINT or SIGHUP sent to it, not to the sweep): it
+    checkpointed, so it is queued again and resumed, and the stop does not count as a failure. A SIGKILL
+    (the kernel's out-of-memory killer among others) stays a failure, so a run that cannot fit is not
+    retried without bound."""
+
+
+# exit statuses of a stopped run: the run's own 128 + signal after its checkpoint, or killed by the signal
+_STOPPED = {128 + s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)} | {
+    -s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}
+
+
 def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
     """Train (or resume, or just read) the run folder of (arm, seed); returns the experiment's metric
     of its held-out evaluation after RL."""
@@ -154,6 +168,8 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
                 proc.send_signal(signal.SIGTERM)
                 proc.wait()
                 raise
+        if rc in _STOPPED:
+            raise TrialInterrupted(f"{folder}: seeupo train was stopped by a signal (exit {rc}); resumed when queued again")
         if rc != 0 or not summary.exists():
             raise TrialFailed(f"{folder}: seeupo train exited {rc}; see {folder / 'train.log'}")
     return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
@@ -227,6 +243,13 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             study.tell(trial, state=TrialState.FAIL)
             raise
+        except TrialInterrupted as e:  # its run alone was stopped: queued again by prepare(), not a failure
+            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+            study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
+            study.tell(trial, state=TrialState.FAIL)
+            if on_trial:
+                on_trial(arm, seed, INTERRUPTED, time.perf_counter() - start)
+            continue
         except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
             study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
             study.tell(trial, state=TrialState.FAIL)
@@ -276,7 +299,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
         while True:
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-            failed = sum(t.state == TrialState.FAIL for t in trials)
+            failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
             if used >= budget or failed > spec.max_retries * budget:
                 break
             trial = study.ask()
@@ -291,12 +314,14 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
                 ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
                 value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
             except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
+                if isinstance(e, TrialInterrupted):  # not a failure: the same parameters resume its folders
+                    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
                 study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
                 study.tell(trial, state=TrialState.FAIL)
-                value = None
+                value = INTERRUPTED if isinstance(e, TrialInterrupted) else None
             finally:
                 lock.close()
-            if value is not None:
+            if value is not None and value != INTERRUPTED:
                 study.tell(trial, value)
             if on_trial:
                 on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
@@ -398,13 +423,21 @@ def _sweep(spec: SweepSpec, on_trial) -> dict:
         (spec.out / "tuned.json").write_text(json.dumps(best, indent=1))
         spec.tuned = {arm: b["overrides"] for arm, b in best.items()}
     before = prepare(spec, owner=spec.storage is None)
-    for _ in range(spec.max_retries + 1):  # a failed trial is queued again by the next prepare()
-        if not before["queued"]:
-            break
+    # a failed or interrupted trial is queued again by the next prepare(); rounds go on while trials end
+    # (each failure counts towards its trial's max_retries, so this ends), and stop when a round ends
+    # none (the queued ones run elsewhere, on a shared --storage)
+    while before["queued"]:
+        ended = _ended(spec)
         _run_workers(spec, work, on_trial)
-        after = prepare(spec, owner=spec.storage is None)
-        if after["queued"] == 0 or after == before:
-            before = after
+        before = prepare(spec, owner=spec.storage is None)
+        if _ended(spec) == ended:
             break
-        before = after
     return before
+
+
+def _ended(spec: SweepSpec) -> int:
+    """How many grid trials of the study have ended (complete or failed, interruptions included)."""
+    from optuna.trial import TrialState
+
+    return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) and KEY in t.user_attrs
+               for t in _study(spec).get_trials(deepcopy=False))

@@ -65,6 +65,12 @@ def test_a_failing_trial_is_retried_a_bounded_number_of_times(tmp_path):
     assert counts == {"done": 1, "queued": 0, "given_up": 1}
     log = (spec.folder("bad", 0) / "train.log").read_text()
     assert log.count("$ ") == 2 and "no such folder" in log  # the first try and one retry
+    # alone in its sweep (no other trial's progress between the rounds) it is retried all the same
+    exp = load_experiment(str(_experiment(tmp_path, {"bad": ["model.name=/nonexistent/model"]}, seeds=[0],
+                                          name="alone")))
+    spec = SweepSpec(exp, tmp_path / "alone", quick=False, workers=1, max_retries=2)
+    assert sweep(spec) == {"done": 0, "queued": 0, "given_up": 1}
+    assert (spec.folder("bad", 0) / "train.log").read_text().count("$ ") == 3
 
 
 def test_a_killed_sweep_resumes_its_interrupted_trial(tmp_path):
@@ -194,3 +200,36 @@ def test_an_experiment_that_gains_an_arm_runs_only_the_new_arm(tmp_path):
     grown = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
     assert sweep(grown, on_trial=lambda *a: seen.append(a[:2])) == {"done": 2, "queued": 0, "given_up": 0}
     assert seen == [("b", 0)]
+
+
+def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tmp_path):
+    # SIGTERM to the trial's run only (not the sweep): with no retries allowed, it must still finish
+    path = _experiment(tmp_path, {"a": []}, seeds=[0], overrides=[*SMALL[:-1], "run.iterations=60",
+                                                                   "run.checkpoint_every=0"])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "seeupo", "sweep", str(path), "--out", str(out), "--workers", "1",
+           "--max-retries", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    folder = out / "trials" / "a" / "seed-0"
+    metrics = folder / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and any("reward_mean" in json.loads(x) for x in metrics.read_text().splitlines()
+                                    if x.endswith("}")):
+            break
+        time.sleep(0.2)
+    run = subprocess.run(["pgrep", "-f", f"seeupo train --out {folder}"], capture_output=True, text=True)
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 1, run.stdout
+    os.kill(pids[0], signal.SIGTERM)
+    text = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, text
+    assert "stopped from outside: queued again" in text
+    commands = [x for x in (folder / "train.log").read_text().splitlines() if x.startswith("$ ")]
+    assert len(commands) == 2 and "--resume" in commands[1]
+    assert [r["iteration"] for r in _train_lines(folder) if "reward_mean" in r] == list(range(60))
+    assert json.loads((out / "results.json").read_text())["arms"][0]["n"] == 1
+    import optuna
+
+    trials = optuna.load_study(study_name="mini", storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
