@@ -154,7 +154,9 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
         if (folder / "config.yaml").exists():
             cmd.append("--resume")  # from its checkpoint, or afresh when it had none
         else:
-            cmd += ["--preset", spec.exp.base, "--seed", str(seed), *overrides]
+            # arms that share a seed (and everything else the warm-up depends on) share one warm-up
+            cmd += ["--preset", spec.exp.base, "--seed", str(seed), f"warmup.cache={spec.out.resolve() / 'warmup-cache'}",
+                    *overrides]
         env = {**os.environ, "OMP_NUM_THREADS": str(spec.trial_threads), "MKL_NUM_THREADS": str(spec.trial_threads),
                "SEEUPO_PROGRESS_SECONDS": "60"}
         with open(folder / "train.log", "a") as log:

@@ -200,6 +200,11 @@ class WarmupConfig(Strict):
     lr: float = Field(5e-4, gt=0, description="warm-up learning rate")
     lr_schedule: Literal["constant", "linear"] = Field(
         "constant", description="constant, or linear decay from lr to 0 over the warm-up's steps")
+    cache: Optional[str] = Field(
+        None, description="a folder of finished warm-ups to reuse: one is reused only when the model, its "
+        "initial weights, the demonstrations, these settings, the seed and random states, the thread count "
+        "and the training code are all the same (a hash of them names the file), so the run is unchanged; "
+        "`seeupo sweep` sets DIR/warmup-cache (arms that share a seed share one warm-up)")
 
     @field_validator("enabled", mode="before")
     @classmethod

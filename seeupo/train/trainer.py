@@ -532,7 +532,8 @@ class Trainer:
             self.state["warmup"] = warmup(
                 self.learner_model, params, self.chat, self.family, self.limits, cfg.warmup,
                 seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
-                share=cfg.optim.share_prefix, by_adapter=not base_only, progress=progress)
+                share=cfg.optim.share_prefix, by_adapter=not base_only, progress=progress,
+                cache=cfg.warmup.cache, say=self._say if parallel.is_main() else None)
         finally:
             close()
         self._weights_changed()

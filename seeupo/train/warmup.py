@@ -8,8 +8,15 @@ loss is the mean negative log-likelihood of the demonstrated assistant tokens.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import os
 import random
+import sys
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
@@ -29,15 +36,49 @@ def demonstrations(chat, family, limits, *, n: int, seed: int):
 
 
 def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
-           share: bool = False, by_adapter: bool = True, progress=None) -> dict:
+           share: bool = False, by_adapter: bool = True, progress=None, cache: str | None = None,
+           say=None) -> dict:
     """Supervised steps on demonstrations; returns the mean loss of the first and last steps.
     ``by_adapter=False``: a model with turn adapters trains as it is (its active adapter), one row per
-    episode."""
+    episode. ``cache``: a folder of finished warm-ups keyed by everything they depend on (see
+    ``_cache_key``); a hit sets ``params`` to what training would have left.
+
+    The global random generators (torch, Python, NumPy) are seeded from ``seed`` for the warm-up and
+    given back as they were after it, so what the warm-up draws (today nothing; dropout would) depends on
+    the seed alone and the run after it does not see whether it trained or was reused."""
+    outer = _rng_states()
+    g = derive_seed(seed, "warmup-globals")
+    torch.manual_seed(g)
+    random.seed(g)
+    np.random.seed(g % 2**32)
+    try:
+        return _warmup(model, params, chat, family, limits, cfg, seed=seed, budget_tokens=budget_tokens, pack=pack,
+                       share=share, by_adapter=by_adapter, progress=progress, cache=cache, say=say)
+    finally:
+        _set_rng_states(outer)
+
+
+def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pack, share, by_adapter, progress,
+            cache, say) -> dict:
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
     per_turn = by_adapter and turn_adapters_of(model) is not None
     share = sharing(share)
     rows = (turn_rows if per_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
+    path = None
+    if cache and parallel.world() == 1:  # (several processes: each holds a shard; not cached)
+        key = _cache_key(model, params, rows, cfg, seed=seed, budget_tokens=budget_tokens, pack=pack, share=share,
+                         per_turn=per_turn)
+        path = Path(cache) / f"{key}.pt"
+        stats = _load(path, params, say)
+        if stats is not None:
+            model.train()
+            for loss in stats.pop("losses"):
+                if progress:
+                    progress(loss)
+            if say:
+                say(f"format warm-up: reused {path} (the same model, demonstrations, settings and seed)")
+            return stats
     opt = adamw(params, cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))
     steps = cfg.epochs * -(-len(episodes) // cfg.batch_episodes)
@@ -74,6 +115,84 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
             if progress:
                 progress(total)
     opt.zero_grad(set_to_none=True)
-    return {"warmup/steps": len(losses), "warmup/loss_first": losses[0] if losses else 0.0,
-            "warmup/loss_last": losses[-1] if losses else 0.0,
-            "warmup/demo_success": sum(e.score for e in episodes) / max(len(episodes), 1)}
+    stats = {"warmup/steps": len(losses), "warmup/loss_first": losses[0] if losses else 0.0,
+             "warmup/loss_last": losses[-1] if losses else 0.0,
+             "warmup/demo_success": sum(e.score for e in episodes) / max(len(episodes), 1)}
+    if path is not None:
+        _save(path, params, {**stats, "losses": losses}, say)
+    return stats
+
+
+def _rng_states() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def _set_rng_states(st: dict) -> None:
+    torch.set_rng_state(st["torch"])
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+
+
+def _cache_key(model, params, rows, cfg, **settings) -> str:
+    """A hash of everything a warm-up's result depends on: the trained parameters' values and the
+    model around them (its module tree), the demonstration rows, the warm-up and micro-batch settings,
+    the seed (which also seeds the global generators for it), the CPU thread count and torch version
+    (floating-point summation order), and the source of the code that trains (this module, the
+    scorer's and the learner's)."""
+    from seeupo.models import policy
+    from seeupo.train import learner
+
+    h = hashlib.sha256()
+
+    def add(x):
+        if isinstance(x, torch.Tensor):
+            t = parallel.full(x).detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(x).encode())
+
+    add(repr(model))
+    for p in params:
+        add(p)
+    for name in ("input_ids", "attention_mask", "loss_mask", "episode", "turn", "token_turn"):
+        t = getattr(rows, name, None)
+        add(t if t is not None else name)
+    add(json.dumps(cfg.model_dump(mode="json", exclude={"cache"}), sort_keys=True))
+    add(sorted(settings.items()))
+    add((torch.get_num_threads(), torch.__version__))
+    for mod in (sys.modules[__name__], policy, learner):
+        add(inspect.getsource(mod))
+    return h.hexdigest()[:32]
+
+
+def _load(path: Path, params, say) -> dict | None:
+    """The cached warm-up at ``path`` into ``params``; returns its stats, or None when there is none or
+    it cannot be read (then the warm-up runs and writes it again)."""
+    if not path.exists():
+        return None
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        values = blob["params"]
+        if len(values) != len(params) or any(v.shape != parallel.full(p).shape for v, p in zip(values, params)):
+            raise ValueError("its parameters do not match this model's")
+    except Exception as e:  # noqa: BLE001 (a damaged cache file costs a warm-up, never the run)
+        if say:
+            say(f"[yellow]warm-up cache {path} unreadable ({type(e).__name__}: {e}); training the warm-up again[/]")
+        return None
+    with torch.no_grad():
+        for v, p in zip(values, params):
+            p.copy_(parallel.like(v, p))
+    return dict(blob["stats"])
+
+
+def _save(path: Path, params, stats: dict, say) -> None:
+    """Write atomically (a temporary file renamed), so a concurrent reader sees all of it or nothing."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save({"params": [parallel.full(p).detach().cpu().clone() for p in params], "stats": stats}, tmp)
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk or a read-only folder costs the next run its reuse, not this run
+        if say:
+            say(f"[yellow]warm-up cache not written to {path} ({e})[/]")

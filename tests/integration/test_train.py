@@ -90,3 +90,66 @@ def test_kl_reference_is_the_policy_after_warmup(tmp_path, lora):
     ref = tr.reference_state
     assert any(not torch.equal(ref[n], before_warmup[n]) for n in ref)  # the warm-up is in the reference
     assert (tmp_path / "checkpoints" / "iter-000001" / "reference.safetensors").exists()
+
+
+def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchanged(tmp_path, capsys):
+    from rich.console import Console
+
+    cache = tmp_path / "cache"
+
+    def run(name, *over):
+        cfg = load_config("tiny", [*SMALL, "run.iterations=2", f"run.out={tmp_path / name}", *over])
+        Trainer(cfg, console=Console(width=400)).run()
+        lines = [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+                 for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return lines, json.loads((tmp_path / name / "summary.json").read_text())["trainable_param_l2"]
+
+    def same(a, b):  # runs in one process agree to ~1e-8 (CPU kernels vary with memory layout), not bitwise
+        return a == pytest.approx(b, rel=1e-6, abs=1e-9) if isinstance(a, float) else (
+            a.keys() == b.keys() and all(same(a[k], b[k]) for k in a) if isinstance(a, dict) else
+            len(a) == len(b) and all(same(x, y) for x, y in zip(a, b)) if isinstance(a, (list, tuple)) else a == b)
+
+    run("seeupo", "algo.name=seeupo", f"warmup.cache={cache}")  # trains the warm-up and stores it
+    assert len(list(cache.glob("*.pt"))) == 1 and "reused" not in capsys.readouterr().out
+    cached = run("grpo-cached", "algo.name=grpo", f"warmup.cache={cache}")
+    assert "format warm-up: reused" in capsys.readouterr().out
+    assert same(cached, run("grpo", "algo.name=grpo"))  # the same run as without the cache
+    run("seed1", "algo.name=grpo", "run.seed=1", f"warmup.cache={cache}")  # another seed: its own
+    assert len(list(cache.glob("*.pt"))) == 2
+    # the reused file is what the run starts from: tampered with, the run changes
+    (f,) = [p for p in cache.glob("*.pt") if p.stat().st_mtime == min(q.stat().st_mtime for q in cache.glob("*.pt"))]
+    blob = torch.load(f, weights_only=False)
+    blob["params"][0] += 0.5
+    torch.save(blob, f)
+    assert run("tampered", "algo.name=grpo", f"warmup.cache={cache}")[1] != pytest.approx(cached[1], rel=1e-3)
+    f.write_bytes(b"not a checkpoint")  # damaged: warned, trained again, the same run
+    assert same(run("damaged", "algo.name=grpo", f"warmup.cache={cache}"), cached)
+    assert "unreadable" in capsys.readouterr().out
+
+
+def test_a_cached_warmup_leaves_the_random_states_where_training_it_would(tmp_path):
+    # a warm-up that draws from the global generators (dropout would; here a hook on the model's forward):
+    # a hit must leave them where the trained warm-up left them, or the RL after it samples other episodes
+    import random
+
+    from seeupo.train.warmup import warmup
+
+    t = Trainer(load_config("tiny", [*SMALL, f"run.out={tmp_path / 'run'}"]))
+    start = [p.detach().clone() for p in t.params]
+    emb = next(m for m in t.learner_model.modules() if isinstance(m, torch.nn.Embedding))
+    emb.register_forward_pre_hook(lambda *a: (torch.rand(1), random.random()) and None)
+
+    def once():
+        with torch.no_grad():
+            for p, v in zip(t.params, start):
+                p.copy_(v)
+        torch.manual_seed(7)
+        random.seed(7)
+        warmup(t.learner_model, t.params, t.chat, t.family, t.limits, t.cfg.warmup, seed=0, budget_tokens=4096,
+               cache=str(tmp_path / "cache"))
+        return torch.rand(3).tolist(), random.random(), [p.detach().clone() for p in t.params]
+
+    trained, reused = once(), once()
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 1  # the second was a hit
+    assert trained[:2] == reused[:2]
+    assert all(torch.equal(a, b) for a, b in zip(trained[2], reused[2]))
