@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 
@@ -6,6 +7,31 @@ import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# Runs compared to the bit must use one CPU thread. With two intra-op threads torch's CPU kernels are
+# not bit-reproducible on a loaded machine (one run twice in a process differed in the 8th digit of its
+# entropy, at 1210fa6 and after); with one they are, as sweep trials run.
+@pytest.fixture
+def one_thread():
+    with _threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def one_thread_module():
+    with _threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

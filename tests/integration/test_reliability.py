@@ -19,6 +19,8 @@ from seeupo.train import checkpoint
 from seeupo.train.config import load_config
 from seeupo.train.trainer import RunInterrupted, Trainer
 
+pytestmark = pytest.mark.usefixtures("one_thread_module")  # runs compared to the bit (tests/conftest.py)
+
 SMALL = ["warmup.episodes=32", "warmup.epochs=1", "eval.tasks=2", "eval.k=2", "rollout.tasks_per_iteration=2",
          "rollout.group_size=2", "run.loggers=[jsonl]", "run.checkpoint_every=1", "run.iterations=3",
          "eval.every=2"]
@@ -41,7 +43,7 @@ def _l2(tr: Trainer) -> float:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, one_thread_module):
     out = tmp_path_factory.mktemp("full")
     s = Trainer(load_config("tiny", [*SMALL, f"run.out={out}"])).run()
     return out, s

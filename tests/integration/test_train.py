@@ -27,7 +27,7 @@ def test_every_algorithm_runs_two_iterations(tmp_path, algo):
     assert summary["trainable_param_l2"] > 0
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, one_thread):
     base = [*SMALL, "run.checkpoint_every=1", "algo.name=seeupo"]
     full = load_config("tiny", [*base, "run.iterations=3", f"run.out={tmp_path / 'full'}"])
     Trainer(full).run()
@@ -92,7 +92,7 @@ def test_kl_reference_is_the_policy_after_warmup(tmp_path, lora):
     assert (tmp_path / "checkpoints" / "iter-000001" / "reference.safetensors").exists()
 
 
-def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchanged(tmp_path, capsys):
+def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchanged(tmp_path, capsys, one_thread):
     from rich.console import Console
 
     cache = tmp_path / "cache"
@@ -104,16 +104,11 @@ def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchange
                  for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         return lines, json.loads((tmp_path / name / "summary.json").read_text())["trainable_param_l2"]
 
-    def same(a, b):  # runs in one process agree to ~1e-8 (CPU kernels vary with memory layout), not bitwise
-        return a == pytest.approx(b, rel=1e-6, abs=1e-9) if isinstance(a, float) else (
-            a.keys() == b.keys() and all(same(a[k], b[k]) for k in a) if isinstance(a, dict) else
-            len(a) == len(b) and all(same(x, y) for x, y in zip(a, b)) if isinstance(a, (list, tuple)) else a == b)
-
     run("seeupo", "algo.name=seeupo", f"warmup.cache={cache}")  # trains the warm-up and stores it
     assert len(list(cache.glob("*.pt"))) == 1 and "reused" not in capsys.readouterr().out
     cached = run("grpo-cached", "algo.name=grpo", f"warmup.cache={cache}")
     assert "format warm-up: reused" in capsys.readouterr().out
-    assert same(cached, run("grpo", "algo.name=grpo"))  # the same run as without the cache
+    assert cached == run("grpo", "algo.name=grpo")  # the same run as without the cache, to the bit
     run("seed1", "algo.name=grpo", "run.seed=1", f"warmup.cache={cache}")  # another seed: its own
     assert len(list(cache.glob("*.pt"))) == 2
     # the reused file is what the run starts from: tampered with, the run changes
@@ -123,7 +118,7 @@ def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchange
     torch.save(blob, f)
     assert run("tampered", "algo.name=grpo", f"warmup.cache={cache}")[1] != pytest.approx(cached[1], rel=1e-3)
     f.write_bytes(b"not a checkpoint")  # damaged: warned, trained again, the same run
-    assert same(run("damaged", "algo.name=grpo", f"warmup.cache={cache}"), cached)
+    assert run("damaged", "algo.name=grpo", f"warmup.cache={cache}") == cached
     assert "unreadable" in capsys.readouterr().out
 
 
