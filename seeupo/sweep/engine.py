@@ -33,6 +33,9 @@ from seeupo.sweep.experiment import Experiment
 
 KEY = "key"  # a trial's user attribute: "ARM/seed-S"
 INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run was stopped from outside
+# interruptions do not count as failures, but a trial stopped this often (e.g. by a memory watchdog
+# that sends SIGTERM) is given up, so no sweep loops without bound
+MAX_INTERRUPTIONS = 10
 
 
 @dataclass
@@ -112,7 +115,8 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in ts) > spec.max_retries:
+        elif (sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in ts) > spec.max_retries
+              or sum(bool(t.user_attrs.get("interrupted")) for t in ts) > MAX_INTERRUPTIONS):
             counts["given_up"] += 1
         else:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
@@ -302,7 +306,8 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
             failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
-            if used >= budget or failed > spec.max_retries * budget:
+            stopped = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
+            if used >= budget or failed > spec.max_retries * budget or stopped > MAX_INTERRUPTIONS * budget:
                 break
             trial = study.ask()
             params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
@@ -316,8 +321,9 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
                 ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
                 value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
             except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
-                if isinstance(e, TrialInterrupted):  # not a failure: the same parameters resume its folders
-                    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+                if isinstance(e, TrialInterrupted):  # not a failure: the same parameters, queued again, resume
+                    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)  # its folders
+                    study.enqueue_trial(params)
                 study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
                 study.tell(trial, state=TrialState.FAIL)
                 value = INTERRUPTED if isinstance(e, TrialInterrupted) else None
@@ -349,13 +355,17 @@ def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
 
 
 def _fail_running(spec: SweepSpec) -> None:
-    """Local storage: trials left RUNNING by a killed sweep become FAIL (tuning studies too)."""
+    """Local storage: tuning trials left RUNNING by a stopped sweep become FAIL, marked interrupted
+    (not a failure), with their parameters queued again so the next run resumes their folders."""
     from optuna.trial import TrialState
 
     for arm in spec.exp.tune_plan(spec.quick)[2]:
         study = _tune_study(spec, arm)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            if t.params:
+                study.enqueue_trial(t.params)
 
 
 def _run_workers(spec: SweepSpec, target, on_trial) -> None:

@@ -533,7 +533,8 @@ class Trainer:
                 self.learner_model, params, self.chat, self.family, self.limits, cfg.warmup,
                 seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
                 share=cfg.optim.share_prefix, by_adapter=not base_only, progress=progress,
-                cache=cfg.warmup.cache, say=self._say if parallel.is_main() else None)
+                cache=cfg.warmup.cache, cache_key={"model": cfg.model.model_dump(mode="json"), "device": cfg.run.device},
+                say=self._say if parallel.is_main() else None)
         finally:
             close()
         self._weights_changed()

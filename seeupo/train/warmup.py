@@ -14,6 +14,7 @@ import json
 import os
 import random
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -37,29 +38,34 @@ def demonstrations(chat, family, limits, *, n: int, seed: int):
 
 def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
            share: bool = False, by_adapter: bool = True, progress=None, cache: str | None = None,
-           say=None) -> dict:
+           cache_key: dict | None = None, say=None) -> dict:
     """Supervised steps on demonstrations; returns the mean loss of the first and last steps.
     ``by_adapter=False``: a model with turn adapters trains as it is (its active adapter), one row per
     episode. ``cache``: a folder of finished warm-ups keyed by everything they depend on (see
-    ``_cache_key``); a hit sets ``params`` to what training would have left.
+    ``_cache_key``; ``cache_key``: the run's settings it cannot read off the model, e.g. the model
+    config); a hit sets ``params`` to what training would have left.
 
     The global random generators (torch, Python, NumPy) are seeded from ``seed`` for the warm-up and
     given back as they were after it, so what the warm-up draws (today nothing; dropout would) depends on
     the seed alone and the run after it does not see whether it trained or was reused."""
-    outer = _rng_states()
+    outer = (random.getstate(), np.random.get_state())
     g = derive_seed(seed, "warmup-globals")
-    torch.manual_seed(g)
-    random.seed(g)
-    np.random.seed(g % 2**32)
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
-        return _warmup(model, params, chat, family, limits, cfg, seed=seed, budget_tokens=budget_tokens, pack=pack,
-                       share=share, by_adapter=by_adapter, progress=progress, cache=cache, say=say)
+        with torch.random.fork_rng(devices=devices):  # torch's CPU and CUDA states, given back after
+            torch.manual_seed(g)
+            random.seed(g)
+            np.random.seed(g % 2**32)
+            return _warmup(model, params, chat, family, limits, cfg, seed=seed, budget_tokens=budget_tokens,
+                           pack=pack, share=share, by_adapter=by_adapter, progress=progress, cache=cache,
+                           cache_key=cache_key, say=say)
     finally:
-        _set_rng_states(outer)
+        random.setstate(outer[0])
+        np.random.set_state(outer[1])
 
 
 def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pack, share, by_adapter, progress,
-            cache, say) -> dict:
+            cache, cache_key, say) -> dict:
     episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
     # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
     per_turn = by_adapter and turn_adapters_of(model) is not None
@@ -67,8 +73,8 @@ def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pa
     rows = (turn_rows if per_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
     path = None
     if cache and parallel.world() == 1:  # (several processes: each holds a shard; not cached)
-        key = _cache_key(model, params, rows, cfg, seed=seed, budget_tokens=budget_tokens, pack=pack, share=share,
-                         per_turn=per_turn)
+        key = _cache_key(model, params, rows, cfg, family, seed=seed, budget_tokens=budget_tokens, pack=pack,
+                         share=share, per_turn=per_turn, by_adapter=by_adapter, run=cache_key or {})
         path = Path(cache) / f"{key}.pt"
         stats = _load(path, params, say)
         if stats is not None:
@@ -123,23 +129,16 @@ def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pa
     return stats
 
 
-def _rng_states() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+def _cache_key(model, params, rows, cfg, family, **settings) -> str:
+    """A hash of everything a warm-up's result depends on: every tensor of the model (the trained
+    parameters' values, the frozen base, buffers), its module tree and config, the device, the
+    demonstration rows, the warm-up and micro-batch settings, the run's settings passed in (the model
+    config: dtype, LoRA alpha, ...), the seed (which also seeds the global generators for it), the CPU
+    thread count and the versions of torch, transformers and peft (floating-point paths), and the
+    source of the code that trains and of the environment family (scores of the demonstrations)."""
+    import importlib.metadata as md
 
-
-def _set_rng_states(st: dict) -> None:
-    torch.set_rng_state(st["torch"])
-    random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
-
-
-def _cache_key(model, params, rows, cfg, **settings) -> str:
-    """A hash of everything a warm-up's result depends on: the trained parameters' values and the
-    model around them (its module tree), the demonstration rows, the warm-up and micro-batch settings,
-    the seed (which also seeds the global generators for it), the CPU thread count and torch version
-    (floating-point summation order), and the source of the code that trains (this module, the
-    scorer's and the learner's)."""
-    from seeupo.models import policy
+    from seeupo.models import policy, turns
     from seeupo.train import learner
 
     h = hashlib.sha256()
@@ -153,15 +152,29 @@ def _cache_key(model, params, rows, cfg, **settings) -> str:
             h.update(repr(x).encode())
 
     add(repr(model))
-    for p in params:
+    config = getattr(model, "config", None)
+    add(config.to_json_string() if hasattr(config, "to_json_string") else repr(config))
+    for name, t in model.state_dict(keep_vars=True).items():
+        add(name)
+        add(t)
+    for p in params:  # which tensors train, by value
         add(p)
+    device = params[0].device if params else torch.device("cpu")
+    add(str(device))
+    if device.type == "cuda":
+        add((torch.cuda.get_device_name(device), torch.version.cuda))
     for name in ("input_ids", "attention_mask", "loss_mask", "episode", "turn", "token_turn"):
         t = getattr(rows, name, None)
         add(t if t is not None else name)
     add(json.dumps(cfg.model_dump(mode="json", exclude={"cache"}), sort_keys=True))
-    add(sorted(settings.items()))
-    add((torch.get_num_threads(), torch.__version__))
-    for mod in (sys.modules[__name__], policy, learner):
+    add(json.dumps(settings, sort_keys=True, default=repr))
+    add(torch.get_num_threads())
+    for pkg in ("torch", "transformers", "peft"):
+        try:
+            add((pkg, md.version(pkg)))
+        except md.PackageNotFoundError:
+            add((pkg, None))
+    for mod in (sys.modules[__name__], policy, turns, learner, parallel, sys.modules[type(family).__module__]):
         add(inspect.getsource(mod))
     return h.hexdigest()[:32]
 
@@ -172,7 +185,7 @@ def _load(path: Path, params, say) -> dict | None:
     if not path.exists():
         return None
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
         values = blob["params"]
         if len(values) != len(params) or any(v.shape != parallel.full(p).shape for v, p in zip(values, params)):
             raise ValueError("its parameters do not match this model's")
@@ -188,11 +201,13 @@ def _load(path: Path, params, say) -> dict | None:
 
 def _save(path: Path, params, stats: dict, say) -> None:
     """Write atomically (a temporary file renamed), so a concurrent reader sees all of it or nothing."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # unique across hosts sharing the folder
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         torch.save({"params": [parallel.full(p).detach().cpu().clone() for p in params], "stats": stats}, tmp)
         os.replace(tmp, path)
-    except OSError as e:  # a full disk or a read-only folder costs the next run its reuse, not this run
+    except Exception as e:  # noqa: BLE001 (a full disk, a read-only folder: the next run loses its reuse, not this run)
         if say:
-            say(f"[yellow]warm-up cache not written to {path} ({e})[/]")
+            say(f"[yellow]warm-up cache not written to {path} ({type(e).__name__}: {e})[/]")
+    finally:
+        tmp.unlink(missing_ok=True)

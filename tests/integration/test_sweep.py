@@ -35,6 +35,26 @@ def _train_lines(folder: Path) -> list[dict]:
     return out
 
 
+def _wait_for_training(proc, root: Path, timeout: float = 120) -> Path | None:
+    """Until a trial under ``root`` has logged its first RL iteration (or the sweep ended, or
+    ``timeout`` passed); returns that trial's folder."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        for metrics in root.rglob("metrics.jsonl") if root.exists() else ():
+            if any("reward_mean" in json.loads(x) for x in metrics.read_text().splitlines() if x.endswith("}")):
+                return metrics.parent
+        time.sleep(0.2)
+    return None
+
+
+def _stop_run_of(folder: Path) -> None:
+    """SIGTERM to the ``seeupo train`` process of one trial folder (not to the sweep)."""
+    run = subprocess.run(["pgrep", "-f", f"seeupo train --out {folder}"], capture_output=True, text=True)
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 1, run.stdout
+    os.kill(pids[0], signal.SIGTERM)
+
+
 def test_one_or_two_workers_give_the_same_trials_and_a_rerun_only_reads(tmp_path):
     exp = load_experiment(str(_experiment(tmp_path, {"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"]})))
     seen = []
@@ -80,12 +100,7 @@ def test_a_killed_sweep_resumes_its_interrupted_trial(tmp_path):
     cmd = [sys.executable, "-m", "seeupo", "sweep", str(path), "--out", str(out), "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "trials" / "a" / "seed-0" / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and any("reward_mean" in json.loads(x) for x in metrics.read_text().splitlines()
-                                    if x.endswith("}")):
-            break
-        time.sleep(0.2)
+    _wait_for_training(proc, metrics.parent)
     proc.send_signal(signal.SIGTERM)
     text = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, text
@@ -212,16 +227,8 @@ def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tm
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     folder = out / "trials" / "a" / "seed-0"
     metrics = folder / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and any("reward_mean" in json.loads(x) for x in metrics.read_text().splitlines()
-                                    if x.endswith("}")):
-            break
-        time.sleep(0.2)
-    run = subprocess.run(["pgrep", "-f", f"seeupo train --out {folder}"], capture_output=True, text=True)
-    pids = [int(p) for p in run.stdout.split()]
-    assert len(pids) == 1, run.stdout
-    os.kill(pids[0], signal.SIGTERM)
+    _wait_for_training(proc, folder)
+    _stop_run_of(folder)
     text = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, text
     assert "stopped from outside: queued again" in text
@@ -233,3 +240,27 @@ def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tm
 
     trials = optuna.load_study(study_name="mini", storage=f"sqlite:///{out / 'study.db'}").get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
+
+
+def test_a_tuning_trial_stopped_from_outside_resumes_its_parameters(tmp_path):
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump({
+        "description": "test", "base": "tiny", "reference": "fixed", "seeds": [0],
+        "overrides": [*SMALL[:-1], "run.iterations=40", "run.checkpoint_every=0"], "arms": {"fixed": []},
+        "tune": {"budget": 1, "seeds": [100], "space": {"algo.kl_coef": [0.0, 0.2]}, "arms": {"tuned": {"overrides": []}}}}))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "seeupo", "sweep", str(path), "--out", str(out), "--workers", "1", "--max-retries", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    folder = _wait_for_training(proc, out / "tune")
+    assert folder is not None
+    _stop_run_of(folder)
+    text = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, text
+    commands = [x for x in (folder / "train.log").read_text().splitlines() if x.startswith("$ ")]
+    assert len(commands) == 2 and "--resume" in commands[1]  # the same parameters, its folder resumed
+    assert len(list((out / "tune" / "tuned").glob("*/seed-100/summary.json"))) == 1
+    import optuna
+
+    trials = optuna.load_study(study_name="tune-tune-tuned", storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
+    assert trials[0].params == trials[1].params

@@ -111,8 +111,10 @@ def test_a_cached_warmup_is_shared_across_algorithms_and_leaves_the_run_unchange
     assert cached == run("grpo", "algo.name=grpo")  # the same run as without the cache, to the bit
     run("seed1", "algo.name=grpo", "run.seed=1", f"warmup.cache={cache}")  # another seed: its own
     assert len(list(cache.glob("*.pt"))) == 2
+    run("alpha", "algo.name=grpo", "model.lora_alpha=64", f"warmup.cache={cache}")  # another model config
+    assert len(list(cache.glob("*.pt"))) == 3
     # the reused file is what the run starts from: tampered with, the run changes
-    (f,) = [p for p in cache.glob("*.pt") if p.stat().st_mtime == min(q.stat().st_mtime for q in cache.glob("*.pt"))]
+    f = min(cache.glob("*.pt"), key=lambda p: p.stat().st_mtime)  # seed 0's
     blob = torch.load(f, weights_only=False)
     blob["params"][0] += 0.5
     torch.save(blob, f)
