@@ -115,14 +115,21 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif (sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in ts) > spec.max_retries
-              or sum(bool(t.user_attrs.get("interrupted")) for t in ts) > MAX_INTERRUPTIONS):
+        elif (_failures(ts)[0] > spec.max_retries or _failures(ts)[1] > MAX_INTERRUPTIONS):
             counts["given_up"] += 1
         else:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
                                 skip_if_exists=False)
             counts["queued"] += 1
     return counts
+
+
+def _failures(trials) -> tuple[int, int]:
+    """(failures, interruptions) among ``trials``: an interrupted trial is FAIL in Optuna but not a failure."""
+    from optuna.trial import TrialState
+
+    failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
+    return failed, sum(bool(t.user_attrs.get("interrupted")) for t in trials)
 
 
 class TrialFailed(RuntimeError):
@@ -305,8 +312,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
         while True:
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-            failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
-            stopped = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
+            failed, stopped = _failures(trials)
             if used >= budget or failed > spec.max_retries * budget or stopped > MAX_INTERRUPTIONS * budget:
                 break
             trial = study.ask()

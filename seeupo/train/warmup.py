@@ -154,11 +154,15 @@ def _cache_key(model, params, rows, cfg, family, **settings) -> str:
     add(repr(model))
     config = getattr(model, "config", None)
     add(config.to_json_string() if hasattr(config, "to_json_string") else repr(config))
-    for name, t in model.state_dict(keep_vars=True).items():
-        add(name)
+    trained = {id(p) for p in params}
+    state = model.state_dict(keep_vars=True)
+    for name, t in state.items():
+        add((name, id(t) in trained))  # which tensors train
         add(t)
-    for p in params:  # which tensors train, by value
-        add(p)
+    held = {id(t) for t in state.values()}
+    for p in params:  # trained tensors outside the model's state (none today), by value
+        if id(p) not in held:
+            add(p)
     device = params[0].device if params else torch.device("cpu")
     add(str(device))
     if device.type == "cuda":
