@@ -318,9 +318,10 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             trial = study.ask()
             params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
             folder = spec.out / "tune" / arm / _params_key(params)
-            lock, _ = _lock(folder, trial._trial_id)
+            lock, holder = _lock(folder, trial._trial_id)
             if lock is None:  # these parameters are being tried elsewhere
-                study.tell(trial, state=TrialState.PRUNED)
+                if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
+                    study.tell(trial, state=TrialState.PRUNED)
                 continue
             start = time.perf_counter()
             try:
@@ -336,9 +337,24 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             finally:
                 lock.close()
             if value is not None and value != INTERRUPTED:
-                study.tell(trial, value)
+                _tell_tuned(study, trial, params, value)
             if on_trial:
                 on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
+
+
+def _tell_tuned(study, trial, params: dict, value: float) -> None:
+    """Record a finished tuning trial; if it was closed meanwhile (a queued trial popped by two
+    workers, see ``_tell_done``), as a new complete trial with the same parameters."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+        try:
+            study.tell(trial, value)
+            return
+        except ValueError:  # closed between the check and the tell
+            pass
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=trial.distributions, value=value))
 
 
 def tuned_arms(spec: SweepSpec) -> dict[str, dict]:

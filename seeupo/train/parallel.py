@@ -19,6 +19,7 @@ The scheme (docs/scale.md):
 
 from __future__ import annotations
 
+import atexit
 import os
 from contextlib import contextmanager
 
@@ -41,6 +42,18 @@ def init(strategy: str = "ddp") -> None:
     if not dist.is_initialized():  # accelerate decided this is not a distributed launch
         raise RuntimeError("WORLD_SIZE > 1 but no process group was set up: launch with torchrun or "
                            "accelerate launch (they set RANK, MASTER_ADDR and MASTER_PORT)")
+    atexit.register(shutdown)
+
+
+def shutdown() -> None:
+    """Destroy the process group while the interpreter is whole (registered at exit by ``init``).
+    Left to interpreter finalization, gloo's worker threads can be torn down still joinable and the
+    process aborts (SIGABRT, "terminate called without an active exception") after its work is done."""
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 (exiting anyway; a peer that is already gone is no error here)
+            pass
 
 
 def device(choice: str = "auto") -> torch.device:

@@ -644,6 +644,7 @@ class Trainer:
         if main:
             checkpoint.write_atomic(self.out / "summary.json", dumps(summary, indent=1))
             plot_curves(self.out, records, f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
+        parallel.barrier()  # every process leaves once the run's files are written
         return summary
 
     def _freeze_embeddings(self) -> None:

@@ -110,3 +110,29 @@ def test_two_process_checkpoint_resumes_in_one(tmp_path):
     launch(one, nproc=1, resume_steps=3)
     assert metrics(one)[-2]["iteration"] == 2  # the continued iteration, then the final evaluation
     assert_same_run(two, one)
+
+
+EXIT_CHECK = """
+import atexit, sys
+import torch.distributed as dist
+from seeupo.train import parallel
+
+# registered first, so it runs last at exit (atexit is last-in first-out): after seeupo's own handler
+atexit.register(lambda: print(f"rank {dist.get_rank() if dist.is_initialized() else '-'} exits with the "
+                              f"process group {'alive' if dist.is_initialized() else 'destroyed'}", flush=True))
+parallel.init("ddp")
+print(parallel.gather_ordered([parallel.rank()], parallel.world()), flush=True)
+"""
+
+
+def test_processes_destroy_their_group_before_the_interpreter_ends(tmp_path):
+    """Left to interpreter finalization, gloo's threads can be torn down joinable: the process aborts
+    (SIGABRT) after its work is done, about one 2-process launch in four on this machine. ``init``
+    registers the cure; this checks that it runs, on every process, before the interpreter ends."""
+    script = tmp_path / "exit_check.py"
+    script.write_text(EXIT_CHECK)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("[0, 1]") == 2, p.stdout
+    assert p.stdout.count("exits with the process group destroyed") == 2, p.stdout

@@ -264,3 +264,51 @@ def test_a_tuning_trial_stopped_from_outside_resumes_its_parameters(tmp_path):
     trials = optuna.load_study(study_name="tune-tune-tuned", storage=f"sqlite:///{out / 'study.db'}").get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
     assert trials[0].params == trials[1].params
+
+
+def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(tmp_path, monkeypatch):
+    """The tuning phase's version of the double pop: the worker without the folder's lock must not
+    close the trial its holder is training (the `fair` sweep lost a finished PPO trial and a worker to
+    "Cannot tell a PRUNED trial"), and a result whose trial was closed anyway is kept as complete."""
+    from optuna.trial import TrialState
+
+    from seeupo.sweep import engine
+
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump({
+        "description": "test", "base": "tiny", "reference": "fixed", "seeds": [0], "overrides": SMALL,
+        "arms": {"fixed": []},
+        "tune": {"budget": 2, "seeds": [100], "space": {"algo.kl_coef": [0.0, 0.2]}, "arms": {"tuned": {"overrides": []}}}}))
+    spec = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
+    spec.out.mkdir()
+    study = engine._tune_study(spec, "tuned")
+    study.enqueue_trial({"algo.kl_coef": 0.2})
+    held = study.ask()  # the holder: popped by one worker ...
+    params = {"algo.kl_coef": held.suggest_categorical("algo.kl_coef", [0.0, 0.2])}
+    lock, _ = engine._lock(spec.out / "tune" / "tuned" / engine._params_key(params), held._trial_id)
+
+    class PoppedTwice:  # ... and the same trial handed to the other worker by its first ask
+        def __init__(self):
+            self.first = True
+
+        def __getattr__(self, name):
+            return getattr(study, name)
+
+        def ask(self):
+            if self.first:
+                self.first = False
+                return held
+            return study.ask()
+
+    trained = []
+    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm: PoppedTwice())
+    monkeypatch.setattr(engine, "run_folder", lambda spec, folder, *a: trained.append(folder.parent) or 0.5)
+    engine.tune_work(spec)  # budget 2: the held trial and one more
+    assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
+    assert trained == [spec.out / "tune" / "tuned" / engine._params_key({"algo.kl_coef": 0.0})]
+    study._storage.set_trial_state_values(held._trial_id, TrialState.PRUNED)  # closed meanwhile anyway
+    engine._tell_tuned(study, held, params, 0.75)
+    lock.close()
+    monkeypatch.undo()
+    best = engine.tuned_arms(spec)["tuned"]
+    assert best["params"] == params and best["value"] == 0.75 and best["trials"] == 2
