@@ -207,10 +207,11 @@ def _lock(folder: Path, trial_id: int | None = None):
     return f, None
 
 
-def _tell_done(study, trial, arm: str, seed: int, value: float) -> None:
+def _tell_done(study, trial, value: float, **kept) -> None:
     """Record a finished trial. Two workers can pop the same queued trial from a SQLite study (seen
     with Optuna 4 under load); the one that does not get the folder's lock leaves it alone, but if the
-    trial was closed meanwhile anyway, the result is recorded as a new complete trial of its key."""
+    trial was closed meanwhile anyway, the result is recorded as a new complete trial with ``kept``
+    (its key in ``user_attrs``, or its ``params`` and ``distributions``)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -220,7 +221,7 @@ def _tell_done(study, trial, arm: str, seed: int, value: float) -> None:
             return
         except ValueError:  # closed between the check and the tell
             pass
-    study.add_trial(optuna.trial.create_trial(value=value, user_attrs={KEY: _key(arm, seed)}))
+    study.add_trial(optuna.trial.create_trial(value=value, **kept))
 
 
 def work(spec: SweepSpec, on_trial=None) -> None:
@@ -271,7 +272,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
             continue
         finally:
             lock.close()
-        _tell_done(study, trial, arm, seed, value)
+        _tell_done(study, trial, value, user_attrs={KEY: _key(arm, seed)})
         if on_trial:
             on_trial(arm, seed, value, time.perf_counter() - start)
 
@@ -337,24 +338,9 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             finally:
                 lock.close()
             if value is not None and value != INTERRUPTED:
-                _tell_tuned(study, trial, params, value)
+                _tell_done(study, trial, value, params=params, distributions=trial.distributions)
             if on_trial:
                 on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
-
-
-def _tell_tuned(study, trial, params: dict, value: float) -> None:
-    """Record a finished tuning trial; if it was closed meanwhile (a queued trial popped by two
-    workers, see ``_tell_done``), as a new complete trial with the same parameters."""
-    import optuna
-    from optuna.trial import TrialState
-
-    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
-        try:
-            study.tell(trial, value)
-            return
-        except ValueError:  # closed between the check and the tell
-            pass
-    study.add_trial(optuna.trial.create_trial(params=params, distributions=trial.distributions, value=value))
 
 
 def tuned_arms(spec: SweepSpec) -> dict[str, dict]:

@@ -195,7 +195,7 @@ def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):
     again, holder = _lock(spec.folder("a", 0), trial._trial_id)
     assert held is not None and again is None and holder == trial._trial_id  # the second sees who holds it
     study._storage.set_trial_state_values(trial._trial_id, TrialState.PRUNED)  # closed meanwhile
-    _tell_done(study, trial, "a", 0, 0.5)
+    _tell_done(study, trial, 0.5, user_attrs={"key": "a/seed-0"})
     held.close()
     done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
     assert len(done) == 1 and done[0].value == 0.5 and done[0].user_attrs["key"] == "a/seed-0"
@@ -307,7 +307,7 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
     assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
     assert trained == [spec.out / "tune" / "tuned" / engine._params_key({"algo.kl_coef": 0.0})]
     study._storage.set_trial_state_values(held._trial_id, TrialState.PRUNED)  # closed meanwhile anyway
-    engine._tell_tuned(study, held, params, 0.75)
+    engine._tell_done(study, held, 0.75, params=params, distributions=held.distributions)
     lock.close()
     monkeypatch.undo()
     best = engine.tuned_arms(spec)["tuned"]
