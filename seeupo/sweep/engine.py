@@ -207,19 +207,30 @@ def _lock(folder: Path, trial_id: int | None = None):
     return f, None
 
 
+def _close(study, trial, state) -> None:
+    """End a trial as ``state`` (FAIL or PRUNED) unless it was closed meanwhile (see ``_tell_done``)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    try:
+        study.tell(trial, state=state)
+    except (ValueError, UpdateFinishedTrialError):  # already finished: nothing to add
+        pass
+
+
 def _tell_done(study, trial, value: float, **kept) -> None:
     """Record a finished trial. Two workers can pop the same queued trial from a SQLite study (seen
     with Optuna 4 under load); the one that does not get the folder's lock leaves it alone, but if the
     trial was closed meanwhile anyway, the result is recorded as a new complete trial with ``kept``
     (its key in ``user_attrs``, or its ``params`` and ``distributions``)."""
     import optuna
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
         try:
             study.tell(trial, value)
             return
-        except ValueError:  # closed between the check and the tell
+        except (ValueError, UpdateFinishedTrialError):  # closed between the check and the tell
             pass
     study.add_trial(optuna.trial.create_trial(value=value, **kept))
 
@@ -235,7 +246,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
         trial = study.ask()
         fixed = trial._cached_frozen_trial.system_attrs.get("fixed_params")
         if not fixed:  # another worker took the last queued trial first
-            study.tell(trial, state=TrialState.PRUNED)
+            _close(study, trial, TrialState.PRUNED)
             study._storage.set_trial_user_attr(trial._trial_id, "spare", True)
             continue
         seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
@@ -243,30 +254,30 @@ def work(spec: SweepSpec, on_trial=None) -> None:
         # grow when an experiment gains arms or seeds (the study would refuse every later trial)
         arm, seed = fixed["arm"], fixed["seed"]
         if arm not in arms or seed not in seeds:  # queued by an older version of the experiment
-            study.tell(trial, state=TrialState.PRUNED)
+            _close(study, trial, TrialState.PRUNED)
             continue
         lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
         if lock is None:  # already being trained elsewhere
             if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
-                study.tell(trial, state=TrialState.PRUNED)
+                _close(study, trial, TrialState.PRUNED)
             continue
         start = time.perf_counter()
         try:
             value = run_trial(spec, arm, seed)
         except KeyboardInterrupt:  # stopped (the run checkpointed): queued again, not counted as a failure
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-            study.tell(trial, state=TrialState.FAIL)
+            _close(study, trial, TrialState.FAIL)
             raise
         except TrialInterrupted as e:  # its run alone was stopped: queued again by prepare(), not a failure
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-            study.tell(trial, state=TrialState.FAIL)
+            _close(study, trial, TrialState.FAIL)
             if on_trial:
                 on_trial(arm, seed, INTERRUPTED, time.perf_counter() - start)
             continue
         except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
             study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-            study.tell(trial, state=TrialState.FAIL)
+            _close(study, trial, TrialState.FAIL)
             if on_trial:
                 on_trial(arm, seed, None, time.perf_counter() - start)
             continue
@@ -282,12 +293,16 @@ def _interrupt(*_):
 
 
 # ----------------------------------------------------------------------------- tuning
-def _tune_study(spec: SweepSpec, arm: str):
+def _tune_study(spec: SweepSpec, arm: str, worker: int = 0):
+    """The arm's tuning study; each worker's sampler has its own seed (with one seed, two workers
+    propose the same start-up configurations in step: the second one's proposals were pruned or,
+    once the first had finished, re-read its folder and took a budget slot as a duplicate)."""
     import optuna
 
     from seeupo.data.episode import derive_seed
 
-    sampler = optuna.samplers.TPESampler(seed=derive_seed(spec.exp.name, arm) % (2 ** 31), n_startup_trials=4)
+    seed = derive_seed(spec.exp.name, arm, *([worker] if worker else [])) % (2 ** 31)  # worker 0: as before
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=_storage(spec), sampler=sampler,
                                direction="maximize", load_if_exists=True)
 
@@ -309,7 +324,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
 
     budget, seeds, arms = spec.exp.tune_plan(spec.quick)
     for arm, (overrides, space) in arms.items():
-        study = _tune_study(spec, arm)
+        study = _tune_study(spec, arm, _WORKER)
         while True:
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
@@ -322,7 +337,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
             lock, holder = _lock(folder, trial._trial_id)
             if lock is None:  # these parameters are being tried elsewhere
                 if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
-                    study.tell(trial, state=TrialState.PRUNED)
+                    _close(study, trial, TrialState.PRUNED)
                 continue
             start = time.perf_counter()
             try:
@@ -333,7 +348,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
                     study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)  # its folders
                     study.enqueue_trial(params)
                 study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-                study.tell(trial, state=TrialState.FAIL)
+                _close(study, trial, TrialState.FAIL)
                 value = INTERRUPTED if isinstance(e, TrialInterrupted) else None
             finally:
                 lock.close()
@@ -382,7 +397,7 @@ def _run_workers(spec: SweepSpec, target, on_trial) -> None:
         return
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, args=(spec, queue, target)) for _ in range(spec.workers)]
+    procs = [ctx.Process(target=_worker_main, args=(spec, queue, target, i)) for i in range(spec.workers)]
     for p in procs:
         p.start()
     alive = len(procs)
@@ -403,7 +418,12 @@ def _run_workers(spec: SweepSpec, target, on_trial) -> None:
         p.join()
 
 
-def _worker_main(spec: SweepSpec, queue, target=None) -> None:
+_WORKER = 0  # this process's worker index (0 in the sweep's own process)
+
+
+def _worker_main(spec: SweepSpec, queue, target=None, index: int = 0) -> None:
+    global _WORKER
+    _WORKER = index
     signal.signal(signal.SIGTERM, _interrupt)  # the sweep stops its workers with SIGTERM
     try:
         (target or work)(spec, lambda *a: queue.put(a))

@@ -301,14 +301,46 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
             return study.ask()
 
     trained = []
-    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm: PoppedTwice())
-    monkeypatch.setattr(engine, "run_folder", lambda spec, folder, *a: trained.append(folder.parent) or 0.5)
+
+    def run_folder(spec, folder, *a):  # the trial it trains is closed meanwhile by another worker
+        trained.append(folder.parent)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t._trial_id != held._trial_id:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
+        return 0.5
+
+    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm, worker=0: PoppedTwice())
+    monkeypatch.setattr(engine, "run_folder", run_folder)
     engine.tune_work(spec)  # budget 2: the held trial and one more
     assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
-    assert trained == [spec.out / "tune" / "tuned" / engine._params_key({"algo.kl_coef": 0.0})]
-    study._storage.set_trial_state_values(held._trial_id, TrialState.PRUNED)  # closed meanwhile anyway
-    engine._tell_done(study, held, 0.75, params=params, distributions=held.distributions)
+    other = {"algo.kl_coef": 0.0}
+    assert trained == [spec.out / "tune" / "tuned" / engine._params_key(other)]
+    done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    assert [(t.params, t.value) for t in done] == [(other, 0.5)]  # kept, though its trial was closed
     lock.close()
     monkeypatch.undo()
-    best = engine.tuned_arms(spec)["tuned"]
-    assert best["params"] == params and best["value"] == 0.75 and best["trials"] == 2
+
+
+def test_tuning_workers_propose_apart(tmp_path):
+    """Each worker's sampler has its own seed: with one seed for all, two workers proposed the same
+    start-up configurations in step (in `fair`, duplicates that took budget slots)."""
+    from seeupo.sweep import engine
+
+    path = tmp_path / "tune.yaml"
+    space = {"algo.kl_coef": [0.0, 0.05, 0.1, 0.2], "algo.clip_eps": [0.1, 0.2, 0.3, 0.4]}
+    path.write_text(yaml.safe_dump({
+        "description": "test", "base": "tiny", "reference": "fixed", "seeds": [0], "overrides": SMALL,
+        "arms": {"fixed": []}, "tune": {"budget": 4, "seeds": [100], "space": space, "arms": {"tuned": {"overrides": []}}}}))
+
+    def proposals(worker: int, out: str) -> list[dict]:
+        spec = SweepSpec(load_experiment(str(path)), tmp_path / out, quick=False, workers=2)
+        spec.out.mkdir()
+        study = engine._tune_study(spec, "tuned", worker)
+        out = []
+        for _ in range(4):
+            t = study.ask()
+            out.append({k: t.suggest_categorical(k, v) for k, v in space.items()})
+        return out
+
+    assert proposals(0, "a") == proposals(0, "b")  # one worker: reproducible
+    assert proposals(0, "c") != proposals(1, "d")
