@@ -641,10 +641,12 @@ class Trainer:
             "schedule": {**self.schedule.as_dict(),
                          "optimizer_steps_per_iteration": _mean_steps(records) if main else None},
         }
-        if main:
-            checkpoint.write_atomic(self.out / "summary.json", dumps(summary, indent=1))
-            plot_curves(self.out, records, f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
-        parallel.barrier()  # every process leaves once the run's files are written
+        try:
+            if main:
+                checkpoint.write_atomic(self.out / "summary.json", dumps(summary, indent=1))
+                plot_curves(self.out, records, f"{cfg.algo.name} on {cfg.env.name} ({cfg.model.name})")
+        finally:
+            parallel.barrier()  # every process leaves once the run's files are written (or failed to be)
         return summary
 
     def _freeze_embeddings(self) -> None:
