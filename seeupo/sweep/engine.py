@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seeupo.sweep.experiment import Experiment
@@ -48,6 +48,7 @@ class SweepSpec:
     trial_threads: int = 1
     max_retries: int = 2
     tuned: dict | None = None  # tuned arm -> its best configuration's overrides (after tuning)
+    worker: int = 0  # this process's worker index (each tuning worker seeds its own sampler)
 
     def arms(self) -> dict[str, list[str]]:
         """Every arm's full override list: the fixed arms, then the tuned ones' best configurations."""
@@ -115,7 +116,7 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif (_failures(ts)[0] > spec.max_retries or _failures(ts)[1] > MAX_INTERRUPTIONS):
+        elif (failures := _failures(ts))[0] > spec.max_retries or failures[1] > MAX_INTERRUPTIONS:
             counts["given_up"] += 1
         else:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
@@ -293,7 +294,7 @@ def _interrupt(*_):
 
 
 # ----------------------------------------------------------------------------- tuning
-def _tune_study(spec: SweepSpec, arm: str, worker: int = 0):
+def _tune_study(spec: SweepSpec, arm: str):
     """The arm's tuning study; each worker's sampler has its own seed (with one seed, two workers
     propose the same start-up configurations in step: the second one's proposals were pruned or,
     once the first had finished, re-read its folder and took a budget slot as a duplicate)."""
@@ -301,7 +302,7 @@ def _tune_study(spec: SweepSpec, arm: str, worker: int = 0):
 
     from seeupo.data.episode import derive_seed
 
-    seed = derive_seed(spec.exp.name, arm, *([worker] if worker else [])) % (2 ** 31)  # worker 0: as before
+    seed = derive_seed(spec.exp.name, arm, *([spec.worker] if spec.worker else [])) % (2 ** 31)  # worker 0: as before
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=_storage(spec), sampler=sampler,
                                direction="maximize", load_if_exists=True)
@@ -324,7 +325,7 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
 
     budget, seeds, arms = spec.exp.tune_plan(spec.quick)
     for arm, (overrides, space) in arms.items():
-        study = _tune_study(spec, arm, _WORKER)
+        study = _tune_study(spec, arm)
         while True:
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
@@ -397,7 +398,8 @@ def _run_workers(spec: SweepSpec, target, on_trial) -> None:
         return
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, args=(spec, queue, target, i)) for i in range(spec.workers)]
+    procs = [ctx.Process(target=_worker_main, args=(replace(spec, worker=i), queue, target))
+             for i in range(spec.workers)]
     for p in procs:
         p.start()
     alive = len(procs)
@@ -418,12 +420,7 @@ def _run_workers(spec: SweepSpec, target, on_trial) -> None:
         p.join()
 
 
-_WORKER = 0  # this process's worker index (0 in the sweep's own process)
-
-
-def _worker_main(spec: SweepSpec, queue, target=None, index: int = 0) -> None:
-    global _WORKER
-    _WORKER = index
+def _worker_main(spec: SweepSpec, queue, target=None) -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # the sweep stops its workers with SIGTERM
     try:
         (target or work)(spec, lambda *a: queue.put(a))

@@ -309,7 +309,7 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
                 study._storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
         return 0.5
 
-    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm, worker=0: PoppedTwice())
+    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm: PoppedTwice())
     monkeypatch.setattr(engine, "run_folder", run_folder)
     engine.tune_work(spec)  # budget 2: the held trial and one more
     assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
@@ -333,9 +333,9 @@ def test_tuning_workers_propose_apart(tmp_path):
         "arms": {"fixed": []}, "tune": {"budget": 4, "seeds": [100], "space": space, "arms": {"tuned": {"overrides": []}}}}))
 
     def proposals(worker: int, out: str) -> list[dict]:
-        spec = SweepSpec(load_experiment(str(path)), tmp_path / out, quick=False, workers=2)
+        spec = SweepSpec(load_experiment(str(path)), tmp_path / out, quick=False, workers=2, worker=worker)
         spec.out.mkdir()
-        study = engine._tune_study(spec, "tuned", worker)
+        study = engine._tune_study(spec, "tuned")
         out = []
         for _ in range(4):
             t = study.ask()
