@@ -438,6 +438,9 @@ def summarize(
         out.write_text(_json.dumps({"runs": found, "per_algorithm": agg}, indent=1))
 
 
+RECORDS_EVERY_S = 1800  # seeupo sweep --records: how often finished trials are packed while the sweep runs
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -451,12 +454,18 @@ def sweep_cmd(
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL shared by workers on several machines (default: sqlite:///OUT/study.db)"),
     trial_threads: int = typer.Option(1, "--trial-threads", min=1, help="CPU threads per trial (fixed, so results do not depend on --workers)"),
     max_retries: int = typer.Option(2, "--max-retries", min=0, help="times a failed trial is queued again"),
+    records: Optional[Path] = typer.Option(None, "--records", help="a folder of compressed parts holding finished "
+                                           "trials' small files: unpacked into OUT first (those trials are read, not "
+                                           "trained), and every trial finished since is packed into a new part every "
+                                           "30 minutes and at the end or on interruption; carries a long sweep across "
+                                           "machines whose disks do not last"),
 ) -> None:
     """Run an experiment's trials (every arm x seed, each an ordinary run folder) on an Optuna study,
     then write its report. Re-running skips finished trials, resumes interrupted ones, retries failed
     ones; optuna-dashboard sqlite:///OUT/study.db shows it live (docs/experiments.md)."""
     import json as _json
 
+    from seeupo.sweep import records as recs
     from seeupo.sweep.engine import INTERRUPTED, SweepSpec, sweep
     from seeupo.sweep.experiment import load_experiment
     from seeupo.train.config import ConfigError
@@ -466,6 +475,9 @@ def sweep_cmd(
         exp.validate_arms(quick)
     except ConfigError as e:
         fail(str(e))
+    if records is not None and exp.tune:
+        fail(f"--records carries the trials of fixed arms; {exp.name} tunes arms, whose tuning study lives in "
+             "study.db: keep OUT (or a shared --storage) instead")
     workers = workers or max(1, _cores() // trial_threads)
     spec = SweepSpec(exp, out, quick, storage=storage, workers=workers, trial_threads=trial_threads,
                      max_retries=max_retries)
@@ -473,6 +485,13 @@ def sweep_cmd(
     meta = {"experiment": exp.model_dump(), "quick": quick,
             "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}
     (out / "sweep.json").write_text(_json.dumps(meta, indent=1))
+    if records is not None:
+        try:
+            got = recs.restore(spec, records)
+        except ValueError as e:
+            fail(str(e))
+        console.print(f"records {records}: {got['restored']} finished trial(s) restored, {got['present']} already "
+                      f"here" + (f", {got['stale']} skipped (their arm is defined differently now)" if got["stale"] else ""))
     seeds, fixed = exp.plan(quick)
     budget, tune_seeds, tuned = exp.tune_plan(quick)
     n_arms = len(fixed) + len(tuned)  # quick.arms may run a subset of the fixed arms
@@ -483,6 +502,15 @@ def sweep_cmd(
                   f"study {spec.url}")
     start = time.perf_counter()
     done = [0]
+    saved = [time.monotonic()]
+
+    def save_records():
+        saved[0] = time.monotonic()
+        try:
+            if records is not None and (part := recs.save(spec, records)):
+                console.print(f"records: finished trials packed into {part}", markup=False, highlight=False)
+        except (ValueError, OSError) as e:  # the sweep itself goes on; its trials stay in OUT
+            err_console.print(f"records: could not pack into {records}: {e}", style="yellow", markup=False)
 
     def on_trial(arm, seed, value, seconds):
         done[0] += 1
@@ -490,12 +518,16 @@ def sweep_cmd(
                 if value == INTERRUPTED else f"{exp.metric} {value:.3f}")
         console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {done[0]} this run",
                       markup=False, highlight=False)
+        if time.monotonic() - saved[0] > RECORDS_EVERY_S:
+            save_records()
 
     try:
         counts = sweep(spec, on_trial=on_trial)
     except KeyboardInterrupt:
+        save_records()
         err_console.print(f"interrupted; run the same command again to continue ({out})", style="yellow", markup=False)
         raise typer.Exit(130)
+    save_records()
     console.print(f"{counts['done']}/{n_arms * len(seeds)} trials finished ({counts['given_up']} given up after "
                   f"{max_retries} retries) in {time.perf_counter() - start:.0f} s")
     _report(out)

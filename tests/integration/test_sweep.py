@@ -175,6 +175,49 @@ def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
     res = CliRunner().invoke(app, ["sweep", str(path), "--quick", "--out", str(tmp_path / "out"), "--workers", "1"])
     assert res.exit_code == 0, res.output  # 1 of 1 trial done: success, not "1/6 finished"
     assert "1 arms x 1 seeds = 1 trials" in res.output and "1/1 trials finished" in res.output
+    # --records: the finished trial is packed, and a fresh folder with the same records reads it, trains nothing
+    recs = tmp_path / "recs"
+    for out in ("out", "fresh"):
+        res = CliRunner().invoke(app, ["sweep", str(path), "--quick", "--out", str(tmp_path / out), "--workers", "1",
+                                       "--records", str(recs)])
+        assert res.exit_code == 0 and "1/1 trials finished" in res.output, res.output
+    assert "1 finished trial(s) restored" in res.output, res.output
+    assert not (tmp_path / "fresh" / "trials" / "a" / "seed-0" / "train.log").exists()  # read, not trained
+    assert [p.name.split("-part-")[0] for p in recs.iterdir()] == ["mini-quick"]  # one part: nothing new the 2nd time
+    assert ((tmp_path / "fresh" / "results.json").read_text().replace("fresh", "out")
+            == (tmp_path / "out" / "results.json").read_text())
+    res = CliRunner().invoke(app, ["sweep", "fair", "--out", str(tmp_path / "fair"), "--records", str(recs)])
+    assert res.exit_code != 0 and "tunes arms" in res.output, res.output
+
+
+def test_records_restore_only_finished_trials_of_unchanged_arms(tmp_path):
+    """--records without training: fabricated trial folders are packed, restored where their arm is
+    defined as it was, skipped where it changed, and an unreadable part is a clear error."""
+    from seeupo.sweep import records
+
+    def spec(arms, out):
+        return SweepSpec(load_experiment(str(_experiment(tmp_path, arms, seeds=(0, 1)))), tmp_path / out, quick=False)
+
+    a = spec({"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"]}, "one")
+    for arm, seed in a.grid():
+        f = a.folder(arm, seed)
+        f.mkdir(parents=True)
+        (f / "config.yaml").write_text(f"{arm} {seed}\n")
+        (f / "metrics.jsonl").write_text(f'{{"arm": "{arm}", "seed": {seed}}}\n')
+        if (arm, seed) != ("b", 1):  # an unfinished trial is not packed
+            (f / "summary.json").write_text(json.dumps({"eval_after": {"avg@k": seed}}))
+    recs = tmp_path / "recs"
+    part = records.save(a, recs)
+    assert records.packed(recs, "mini") == {("a", 0), ("a", 1), ("b", 0)}
+    assert records.save(a, recs) is None  # nothing new
+    changed = spec({"a": ["algo.name=seeupo"], "b": ["algo.name=gspo"]}, "two")
+    assert records.restore(changed, recs) == {"restored": 2, "present": 0, "stale": 1}
+    assert (changed.folder("a", 1) / "metrics.jsonl").read_text() == '{"arm": "a", "seed": 1}\n'
+    assert not changed.folder("b", 0).exists()
+    assert records.restore(changed, recs) == {"restored": 0, "present": 2, "stale": 1}
+    part.write_bytes(part.read_bytes()[:100])
+    with pytest.raises(ValueError, match="not a readable records part"):
+        records.restore(changed, recs)
 
 
 def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):
