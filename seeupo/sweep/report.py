@@ -45,6 +45,16 @@ def ended_in_trap(records: list[dict], last: int = 5) -> bool:
     return bool(xs) and sum(xs) > sum(ys)
 
 
+def platform_label(summary: dict) -> str:
+    """Where a trial ran, in one line (the last platform of a run resumed elsewhere)."""
+    ps = summary.get("platforms") or []
+    if not ps:
+        return "not recorded"
+    p = ps[-1]
+    return (f"{p.get('cpu')} ({p.get('cpu_capability')}{', ' + p['gpu'] if p.get('gpu') else ''}), torch {p.get('torch')}, "
+            f"transformers {p.get('transformers')}, peft {p.get('peft')}" + (" (resumed across platforms)" if len(ps) > 1 else ""))
+
+
 def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -94,6 +104,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                                for s in seeds]),
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
                                   "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
+            "platforms": {str(s): platform_label(ts[s]["summary"]) for s in seeds},
         })
     out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
     if (out / "tuned.json").exists():  # tuned arms: the configuration each one's tuning chose
@@ -138,6 +149,12 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     if trapped:
         lines += ["", "Runs that ended in the trap (most of their last 5 iterations' episodes guessed): "
                   + ", ".join(f"{n} {t}" for n, t in trapped) + "."]
+    where = sorted({p for a in res["arms"] for p in a.get("platforms", {}).values()})
+    if len(where) > 1:  # the same config and seed agree to the bit only on one platform
+        lines += ["", f"The trials ran on {len(where)} platforms (CPU kernels and package versions; results of one "
+                  "config and seed can differ between them, so a paired difference mixes that in where its two "
+                  "trials ran apart; `platforms` in results.json says where each trial ran):", ""]
+        lines += [f"- {w}" for w in where]
     lines += [""] + [f"![{k}]({p.name})" for k, p in plots.items()]
     reasons = [(a["name"], s, c) for a in res["arms"] for s, c in a["collapse_reasons"].items()]
     if reasons:

@@ -94,6 +94,34 @@ class NullLog:
         pass
 
 
+def platform_info() -> dict:
+    """Where a run computes: results of the same config and seed agree to the bit only on the same CPU
+    kernels (torch's capability: AVX2, AVX512, ...) and package versions, so summaries carry them."""
+    import importlib.metadata as md
+    import platform
+
+    import torch
+
+    def version(pkg):
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "gpu": cuda,
+            "threads": torch.get_num_threads(), "python": platform.python_version(),
+            **{pkg: version(pkg) for pkg in ("torch", "transformers", "peft")}}
+
+
 def _covered(record: dict, checkpoint_iteration: int) -> bool:
     """Whether a metrics line describes training the checkpoint already contains: iterations before it,
     and evaluations of parameters at or before it."""

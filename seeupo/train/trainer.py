@@ -33,7 +33,7 @@ from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
 from seeupo.train import checkpoint, parallel
 from seeupo.train.config import Config, resolved_dump, save_config
 from seeupo.train.learner import LossSpec, adamw, score, swapped
-from seeupo.train.runlog import NullLog, RunLog, dumps, plot_curves, read_metrics
+from seeupo.train.runlog import NullLog, RunLog, dumps, platform_info, plot_curves, read_metrics
 from seeupo.train.update import UpdateContext, joint_update, sequential_update
 from seeupo.train.warmup import warmup
 
@@ -569,6 +569,8 @@ class Trainer:
                             resume_from=start, config=cfg.model_dump(mode="json")) if main else NullLog())
         self._signals = _Signals(self._say)
         self._nonfinite_run = self.state.get("nonfinite_run", 0)
+        here = platform_info()  # a resumed run may continue elsewhere: every platform it ran on is kept
+        self.state["platforms"] = [*[p for p in self.state.get("platforms", []) if p != here], here]
         at = start or 0  # the iteration a stop would checkpoint
         saved_at = start  # the iteration of the newest checkpoint
         try:
@@ -636,6 +638,7 @@ class Trainer:
             "wall_seconds": self._wall(),
             "trainable_param_l2": l2,
             "warmup": self.state.get("warmup"),
+            "platforms": self.state["platforms"],
             "nonfinite_skips": sum(r.get("nonfinite_skips", 0) for r in records if "reward_mean" in r),
             "episodes_excluded": sum(r.get("episodes_excluded", 0) for r in records if "reward_mean" in r),
             "schedule": {**self.schedule.as_dict(),

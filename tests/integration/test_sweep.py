@@ -387,3 +387,24 @@ def test_tuning_workers_propose_apart(tmp_path):
 
     assert proposals(0, "a") == proposals(0, "b")  # one worker: reproducible
     assert proposals(0, "c") != proposals(1, "d")
+
+
+def test_the_report_names_the_platforms_when_trials_ran_on_several(tmp_path):
+    """A sweep continued on another machine (--records): the report lists each platform its trials
+    ran on, and says nothing when there was one."""
+    summary = {"eval_before": {"avg@k": 0.1}, "eval_after": {"avg@k": 0.5}, "wall_seconds": 60}
+    plat = {"cpu": "EPYC", "cpu_capability": "AVX2", "gpu": None, "threads": 1, "python": "3.11",
+            "torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2"}
+    for seed, cap in ((0, "AVX2"), (1, "AVX2"), (2, "AVX512")):
+        f = tmp_path / "trials" / "a" / f"seed-{seed}"
+        f.mkdir(parents=True)
+        (f / "metrics.jsonl").write_text("")
+        (f / "summary.json").write_text(json.dumps({**summary, "platforms": [{**plat, "cpu_capability": cap}]}))
+    res = results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a"])
+    assert res["arms"][0]["platforms"]["2"].startswith("EPYC (AVX512), torch 2.13.0, transformers 5.24.0")
+    write(tmp_path, res)
+    report = (tmp_path / "report.md").read_text()
+    assert "ran on 2 platforms" in report and "- EPYC (AVX2), torch" in report and "- EPYC (AVX512)" in report
+    (tmp_path / "trials" / "a" / "seed-2" / "summary.json").write_text(json.dumps({**summary, "platforms": [plat]}))
+    write(tmp_path, results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a"]))
+    assert "platforms" not in (tmp_path / "report.md").read_text()

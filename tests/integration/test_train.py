@@ -27,14 +27,24 @@ def test_every_algorithm_runs_two_iterations(tmp_path, algo):
     assert summary["trainable_param_l2"] > 0
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path, one_thread):
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, one_thread, monkeypatch):
+    import importlib.metadata as md
+
+    from seeupo.train import trainer
+
     base = [*SMALL, "run.checkpoint_every=1", "algo.name=seeupo"]
     full = load_config("tiny", [*base, "run.iterations=3", f"run.out={tmp_path / 'full'}"])
     Trainer(full).run()
     part = load_config("tiny", [*base, "run.iterations=2", f"run.out={tmp_path / 'part'}"])
     Trainer(part).run()
     cont = load_config(str(tmp_path / "part" / "config.yaml"), ["run.iterations=3"])
+    here = trainer.platform_info()
+    monkeypatch.setattr(trainer, "platform_info", lambda: {**here, "cpu_capability": "ELSEWHERE"})
     s = Trainer(cont, resume=True).run()
+    # where it ran: the platform it started on, then the one it was resumed on (the summary's last)
+    assert here["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and here["threads"] == 1
+    assert here["transformers"] == md.version("transformers") and here["torch"] == md.version("torch")
+    assert s["platforms"] == [here, {**here, "cpu_capability": "ELSEWHERE"}]
 
     def train_lines(folder):
         return {r["iteration"]: r for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())
@@ -45,6 +55,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, one_thread):
     for key in ("reward_mean", "loss", "entropy", "episode/tokens", "grad_norm"):
         assert a[2][key] == pytest.approx(b[2][key], rel=1e-5, abs=1e-7), key
     full_summary = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert full_summary["platforms"] == [here]
     assert s["trainable_param_l2"] == pytest.approx(full_summary["trainable_param_l2"], rel=1e-6)
 
 
