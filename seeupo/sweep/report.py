@@ -149,7 +149,7 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     if trapped:
         lines += ["", "Runs that ended in the trap (most of their last 5 iterations' episodes guessed): "
                   + ", ".join(f"{n} {t}" for n, t in trapped) + "."]
-    where = sorted({p for a in res["arms"] for p in a.get("platforms", {}).values()})
+    where = sorted({p for a in res["arms"] for p in a.get("platforms", {}).values()} - {"not recorded"})
     if len(where) > 1:  # the same config and seed agree to the bit only on one platform
         lines += ["", f"The trials ran on {len(where)} platforms (CPU kernels and package versions; results of one "
                   "config and seed can differ between them, so a paired difference mixes that in where its two "
