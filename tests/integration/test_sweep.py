@@ -153,6 +153,19 @@ def test_every_shipped_experiment_loads_and_quick_arms_pick_a_subset(tmp_path):
         e.validate_arms(quick=True)  # every quick arm's config loads (full mode: checked by seeupo sweep)
         seeds, arms = e.plan(quick=True)
         assert seeds and arms and (e.reference in arms or e.tune)
+    # cost's longer horizon is real: its train and held-out tasks need 2 and 3 lookups (with one task
+    # layout, as the tiny preset has, hops_max=3 drew a 2-lookup task and the sweep ran 2-turn episodes)
+    from seeupo.envs.base import make_family
+    from seeupo.train.config import load_config
+
+    e = load_experiment("cost")
+    for quick in (False, True):
+        for arm, ov in e.plan(quick)[1].items():
+            cfg = load_config(e.base, ov)
+            family = make_family(cfg.env.name, cfg.env.options)
+            for split in ("train", "test"):
+                assert {t.data["hops"] for t in family.tasks(split)} == {2, 3}, (arm, split)
+            assert cfg.rollout.max_turns >= 3
     e = load_experiment("robustness")
     assert len(e.arms) == 80 and len(e.plan(quick=True)[1]) == 8 and len(e.plan(quick=False)[1]) == 80
     bad = _experiment(tmp_path, {"a": ["algo.name=seeupo"], "b": ["algo.name=grpo"]})
