@@ -415,6 +415,33 @@ def sleepy_env():
     del ENVS["sleepy"]
 
 
+def test_environment_calls_share_a_thread_until_one_hangs():
+    """Calls with a timeout run in one long-lived thread per calling thread (a thread per call was
+    the slowest part of rollouts on a busy machine); a call that times out keeps its thread, and the
+    next call gets a new one; exceptions reach the caller; without a timeout the call runs inline."""
+    from seeupo.rollout.runner import EnvTimeout, call_with_timeout
+
+    me = threading.current_thread  # Thread objects, kept alive here: OS thread ids are reused
+    here = me()
+    assert call_with_timeout(me, None, "reset") is here
+    served = [call_with_timeout(me, 5.0, "step") for _ in range(5)]
+    assert len(set(served)) == 1 and here not in served
+    with pytest.raises(ZeroDivisionError):
+        call_with_timeout(lambda: 1 / 0, 5.0, "step")
+    assert call_with_timeout(me, 5.0, "step") is served[0]  # an error does not cost the thread
+    release = threading.Event()
+    with pytest.raises(EnvTimeout, match="step took longer than 0.2 s"):
+        call_with_timeout(lambda: release.wait(30), 0.2, "step")
+    after = call_with_timeout(me, 5.0, "score")
+    assert after is not served[0] and after is not here  # not queued behind the hanging call
+    release.set()
+    other = []
+    t = threading.Thread(target=lambda: other.append(call_with_timeout(me, 5.0, "step")))
+    t.start()
+    t.join()
+    assert other and other[0] is not here and other[0] is not after  # each calling thread has its own
+
+
 def test_a_hanging_tool_ends_its_episode_by_timeout(tiny, chat, sleepy_env):
     from seeupo.rollout.runner import RolloutLimits, run_episodes
     from seeupo.rollout.sampler import ScriptedPolicy
