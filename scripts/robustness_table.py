@@ -1,0 +1,134 @@
+"""The `robustness` experiment's tables, read from a finished sweep's results.json.
+
+    python scripts/robustness_table.py runs/sweeps/robustness            # markdown on stdout
+
+The sweep report compares every arm with one reference (SeeUPO on clean `lookup`); the question
+of the experiment is how far each algorithm falls from its *own* clean arm as a perturbation grows.
+For each task family this prints
+- held-out success after RL per algorithm, perturbation and level: the mean over seeds, and beside
+  it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
+  (the report's `bootstrap_ci`, 10000 resamples);
+- collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
+  interval (and, on `trap`, how many runs ended in the trap);
+- the platforms the trials ran on, when more than one (a sweep that spans sessions may move).
+
+Arm names follow the experiment file: FAMILY-clean-ALGO and FAMILY-PERTURBATIONLEVEL-ALGO.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from seeupo.sweep.report import bootstrap_ci
+
+NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
+
+
+def parse(name: str):
+    """``(family, perturbation, level, algo)``; the clean arm is perturbation ``clean`` at level 0.
+
+    >>> parse("lookup-shaping0.25-grpo")
+    ('lookup', 'shaping', 0.25, 'grpo')
+    >>> parse("trap-clean-seeupo")
+    ('trap', 'clean', 0.0, 'seeupo')
+    """
+    m = NAME.match(name)
+    if not m or (m["what"] == "clean") != (m["level"] is None):
+        raise ValueError(f"arm {name!r} is not FAMILY-clean-ALGO or FAMILY-PERTURBATIONLEVEL-ALGO")
+    return m["family"], m["what"], float(m["level"] or 0.0), m["algo"]
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> list[float]:
+    """Wilson score interval of a proportion k/n (95% by default); [nan, nan] when n is 0.
+
+    >>> [round(x, 3) for x in wilson(0, 8)]
+    [0.0, 0.324]
+    """
+    if n == 0:
+        return [float("nan"), float("nan")]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def paired_diff(arm: dict, clean: dict) -> tuple[float, list[float], int]:
+    """Mean and bootstrap CI of arm - clean over the seeds both have."""
+    seeds = sorted(set(arm["per_seed"]) & set(clean["per_seed"]), key=int)
+    d = [arm["per_seed"][s]["after"] - clean["per_seed"][s]["after"] for s in seeds]
+    return (sum(d) / len(d) if d else float("nan")), bootstrap_ci(d), len(d)
+
+
+def tables(res: dict) -> str:
+    arms = {a["name"]: a for a in res["arms"]}
+    grid: dict = {}
+    for name, a in arms.items():
+        fam, what, level, algo = parse(name)
+        grid.setdefault(fam, {}).setdefault(algo, {})[(what, level)] = a
+    out = []
+    for fam, by_algo in grid.items():
+        perts = sorted({w for algo in by_algo.values() for (w, _) in algo if w != "clean"})
+        levels = sorted({lv for algo in by_algo.values() for (w, lv) in algo if w != "clean"})
+        out.append(f"**{fam}**: held-out {res.get('metric', 'avg@k')} after RL, mean over seeds; in brackets the "
+                   "difference from the same algorithm's clean arm, paired by seed, with its bootstrap 95% CI.\n")
+        out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
+        out.append("|---|---|---|" + "---|" * len(levels))
+        for algo, cells in by_algo.items():
+            clean = cells.get(("clean", 0.0))
+            for p in perts:
+                row = [algo, p, f"{clean['mean']:.3f} (n={clean['n']})" if clean else "-"]
+                for lv in levels:
+                    a = cells.get((p, lv))
+                    if a is None:
+                        row.append("-")
+                    elif clean is None:
+                        row.append(f"{a['mean']:.3f}")
+                    else:
+                        d, ci, n = paired_diff(a, clean)
+                        row.append(f"{a['mean']:.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+                                   + (f", n={n}" if n != clean["n"] else "") + ")")
+                out.append("| " + " | ".join(row) + " |")
+        trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
+        out.append("")
+        out.append(f"**{fam}**: collapse frequency (runs flagged by the sweep's collapse detector, "
+                   f"seeupo/sweep/collapse.py; pooled over {', '.join(by_algo)}), with its Wilson 95% interval" + ("; runs that ended in the trap" if trap else "")
+                   + ".\n")
+        out.append("| perturbation | level | runs | collapses | frequency | 95% CI |" + (" in the trap |" if trap else ""))
+        out.append("|---|---|---|---|---|---|" + ("---|" if trap else ""))
+        keys = [("clean", 0.0)] + [(p, lv) for p in perts for lv in levels]
+        for key in keys:
+            got = [algo[key] for algo in by_algo.values() if key in algo]
+            if not got:
+                continue
+            n, k = sum(a["n"] for a in got), sum(a["collapses"] for a in got)
+            lo, hi = wilson(k, n)
+            row = f"| {key[0]} | {key[1]:g} | {n} | {k} | {k / n:.3f} | [{lo:.3f}, {hi:.3f}] |"
+            if trap:
+                row += f" {sum(a.get('trapped') or 0 for a in got)} |"
+            out.append(row)
+        out.append("")
+    platforms: dict[str, int] = {}
+    for a in arms.values():
+        for label in a.get("platforms", {}).values():
+            platforms[label] = platforms.get(label, 0) + 1
+    if len(platforms) > 1:
+        out.append("Trials ran on " + "; ".join(f"{label} ({k} trials)" for label, k in sorted(platforms.items())) + ".")
+    return "\n".join(out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep", type=Path, help="the sweep's folder (with results.json)")
+    args = ap.parse_args(argv)
+    path = args.sweep / "results.json"
+    if not path.exists():
+        sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first")
+    print(tables(json.loads(path.read_text())))
+
+
+if __name__ == "__main__":
+    main()
