@@ -21,6 +21,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from seeupo.sweep.report import bootstrap_ci
@@ -95,9 +96,10 @@ def tables(res: dict) -> str:
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
         out.append(f"**{fam}**: collapse frequency (runs flagged by the sweep's collapse detector, "
-                   f"seeupo/sweep/collapse.py; pooled over {', '.join(by_algo)}), with its Wilson 95% interval" + ("; runs that ended in the trap" if trap else "")
-                   + ".\n")
-        out.append("| perturbation | level | runs | collapses | frequency | 95% CI |" + (" in the trap |" if trap else ""))
+                   f"seeupo/sweep/collapse.py; pooled over {', '.join(by_algo)}), with its Wilson 95% interval"
+                   + ("; runs that ended in the trap" if trap else "") + ".\n")
+        out.append("| perturbation | level | runs | collapses | frequency | 95% CI |"
+                   + (" in the trap |" if trap else ""))
         out.append("|---|---|---|---|---|---|" + ("---|" if trap else ""))
         keys = [("clean", 0.0)] + [(p, lv) for p in perts for lv in levels]
         for key in keys:
@@ -111,12 +113,9 @@ def tables(res: dict) -> str:
                 row += f" {sum(a.get('trapped') or 0 for a in got)} |"
             out.append(row)
         out.append("")
-    platforms: dict[str, int] = {}
-    for a in arms.values():
-        for label in a.get("platforms", {}).values():
-            platforms[label] = platforms.get(label, 0) + 1
+    platforms = Counter(label for a in arms.values() for label in a.get("platforms", {}).values())
     if len(platforms) > 1:
-        out.append("Trials ran on " + "; ".join(f"{label} ({k} trials)" for label, k in sorted(platforms.items())) + ".")
+        out.append("Trials ran on " + "; ".join(f"{p} ({k} trials)" for p, k in sorted(platforms.items())) + ".")
     return "\n".join(out)
 
 
