@@ -1,18 +1,22 @@
-"""The acceptance sanity checks of the quick Table 1 (standard policy-gradient theory, not the paper)."""
+"""The acceptance sanity checks of the quick Table 1 (standard policy-gradient theory, not the paper).
 
-import json
+Only the rows checked here are computed, from the quick plan itself (same instances, seeds and
+settings as ``seeupo lab table1 --quick``; each job is seeded on its own, so a row does not depend on
+the other jobs). The CLI path that writes the whole table is ``tests/integration/test_lab_cli.py``'s.
+"""
 
-from typer.testing import CliRunner
+from seeupo.lab import table1
 
-from seeupo.cli import app
+SINGLE = ("ppo", "gspo", "rloo", "reinforce", "seeupo", "seeupo-natural", "seeupo-random")
 
 
-def test_quick_table1_sanity(tmp_path):
-    res = CliRunner().invoke(app, ["lab", "table1", "--quick", "--out", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    rows = json.loads((tmp_path / "table1.json").read_text())["rows"]
-    by = {(r["algorithm"], r["setting"], r["mode"], r["policy"]): r for r in rows}
-    for algo in ("ppo", "gspo", "rloo", "reinforce", "seeupo", "seeupo-natural", "seeupo-random"):
+def test_quick_table1_sanity():
+    wanted = {(a, "single_turn", "exact", "per_turn") for a in SINGLE} | {("reinforce", "multi_turn", "exact", "per_turn")}
+    jobs = [j for j in table1.plan(quick=True)
+            if j.section == "rows" and (j.algorithm, j.setting, j.mode, j.policy) in wanted]
+    assert len(jobs) == len(wanted)
+    by = {(r["algorithm"], r["setting"], r["mode"], r["policy"]): r for _, r, _ in table1.measure(jobs)}
+    for algo in SINGLE:
         assert by[(algo, "single_turn", "exact", "per_turn")]["optimal_rate"] >= 0.9, algo
     r = by[("reinforce", "multi_turn", "exact", "per_turn")]
     assert r["monotonic_violation_rate"] == 0.0
