@@ -179,7 +179,7 @@ for name, path, old, new, tests in M:
     assert src.count(old) == 1, (name, src.count(old))
     open(path, "w").write(src.replace(old, new))
     try:
-        r = subprocess.run(f"OMP_NUM_THREADS=1 {sys.executable} -m pytest -q -x {tests}", shell=True, capture_output=True, text=True)
+        r = subprocess.run(f"OMP_NUM_THREADS=1 {sys.executable} -m pytest -q -x -n 0 {tests}", shell=True, capture_output=True, text=True)
         last = [l for l in r.stdout.splitlines() if "passed" in l or "failed" in l or "error" in l][-1:]
         print(f"{'CAUGHT' if r.returncode != 0 else 'MISSED'}  {name}: {last}", flush=True)
     finally:

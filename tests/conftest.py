@@ -6,7 +6,9 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# at most 2 intra-op threads, and the cores shared among the pytest-xdist workers (pyproject's addopts)
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, torch.get_num_threads() // _workers)))
 
 
 @contextlib.contextmanager
