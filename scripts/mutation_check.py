@@ -168,6 +168,10 @@ M = [
  ("sweep: arms as an Optuna categorical", "seeupo/sweep/engine.py", 'arm, seed = fixed["arm"], fixed["seed"]',
   'arm, seed = trial.suggest_categorical("arm", list(arms)), trial.suggest_categorical("seed", seeds)',
   "tests/integration/test_sweep.py -k gains"),
+ ("sweep: finished trials of dropped arms counted", "seeupo/sweep/engine.py", "    arms = [*fixed, *spec.exp.tune_plan(spec.quick)[2]]\n",
+  "    arms = [p.name for p in (spec.out / 'trials').iterdir()]\n", "tests/integration/test_sweep.py -k gains"),
+ ("sweep: progress does not count the trials it finishes", "seeupo/cli.py", "finished[\"here\"] += value is not None and value != INTERRUPTED",
+  "finished[\"here\"] += 0", "tests/integration/test_sweep.py -k cli_counts"),
  ("buckets: segment anchor mask not trimmed to its width", "seeupo/train/update.py", "            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
   "            ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))", "tests/integration/test_driver.py -k four_turns"),
 ]

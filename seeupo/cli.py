@@ -466,7 +466,7 @@ def sweep_cmd(
     import json as _json
 
     from seeupo.sweep import records as recs
-    from seeupo.sweep.engine import INTERRUPTED, SweepSpec, sweep
+    from seeupo.sweep.engine import INTERRUPTED, SweepSpec, finished_trials, pace, sweep
     from seeupo.sweep.experiment import load_experiment
     from seeupo.train.config import ConfigError
 
@@ -502,6 +502,7 @@ def sweep_cmd(
                   f"study {spec.url}")
     start = time.perf_counter()
     done = [0]
+    total, finished = n_arms * len(seeds), {"before": finished_trials(spec), "here": 0}
     saved = [time.monotonic()]
 
     def save_records():
@@ -516,7 +517,12 @@ def sweep_cmd(
         done[0] += 1
         what = ("[failed: see its train.log]" if value is None else "[stopped from outside: queued again]"
                 if value == INTERRUPTED else f"{exp.metric} {value:.3f}")
-        console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {done[0]} this run",
+        where = f"{done[0]} this run"
+        if not arm.startswith("tune:"):  # a grid trial: where the sweep stands, and the time left at this pace
+            finished["here"] += value is not None and value != INTERRUPTED
+            where = pace(finished["before"] + finished["here"], total, finished["here"],
+                         time.perf_counter() - start) + f"; {where}"
+        console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {where}",
                       markup=False, highlight=False)
         if time.monotonic() - saved[0] > RECORDS_EVERY_S:
             save_records()
@@ -528,10 +534,10 @@ def sweep_cmd(
         err_console.print(f"interrupted; run the same command again to continue ({out})", style="yellow", markup=False)
         raise typer.Exit(130)
     save_records()
-    console.print(f"{counts['done']}/{n_arms * len(seeds)} trials finished ({counts['given_up']} given up after "
+    console.print(f"{counts['done']}/{total} trials finished ({counts['given_up']} given up after "
                   f"{max_retries} retries) in {time.perf_counter() - start:.0f} s")
     _report(out)
-    if counts["given_up"] or counts["done"] < n_arms * len(seeds):
+    if counts["given_up"] or counts["done"] < total:
         raise typer.Exit(1)
 
 

@@ -74,6 +74,46 @@ def _key(arm: str, seed: int) -> str:
     return f"{arm}/seed-{seed}"
 
 
+def finished_trials(spec: SweepSpec) -> int:
+    """How many of the sweep's grid trials (fixed arms, and tuned arms once tuned, x seeds) have a
+    finished run folder (its ``summary.json``): restored records count, trials of arms the
+    experiment no longer has do not."""
+    seeds, fixed = spec.exp.plan(spec.quick)
+    arms = [*fixed, *spec.exp.tune_plan(spec.quick)[2]]
+    return sum((spec.folder(arm, s) / "summary.json").exists() for arm in arms for s in seeds)
+
+
+def duration(seconds: float) -> str:
+    """A rough human duration: seconds under 2 minutes, minutes under 2 hours, else hours.
+
+    >>> duration(42.4), duration(1500), duration(7200), duration(81000)
+    ('42 s', '25 min', '2.0 h', '22.5 h')
+    """
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def pace(done: int, total: int, finished_here: int, elapsed_s: float) -> str:
+    """Where a sweep stands: trials done of all, and the time left at the pace of the trials this
+    run has finished (``finished_here`` of them in ``elapsed_s`` seconds, all workers together);
+    no estimate before the first one.
+
+    >>> pace(37, 640, 9, 2430.0)
+    "37/640 done; about 45.2 h left at this run's pace"
+    >>> pace(28, 640, 0, 300.0)
+    '28/640 done'
+    >>> pace(640, 640, 4, 900.0)
+    '640/640 done'
+    """
+    text = f"{done}/{total} done"
+    if finished_here and done < total:
+        text += f"; about {duration((total - done) * elapsed_s / finished_here)} left at this run's pace"
+    return text
+
+
 def _storage(spec: SweepSpec):
     import optuna
 

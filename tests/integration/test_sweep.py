@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seeupo.sweep.engine import SweepSpec, sweep
+from seeupo.sweep.engine import SweepSpec, finished_trials, sweep
 from seeupo.sweep.experiment import load_experiment
 from seeupo.sweep.report import results, write
 
@@ -188,6 +188,7 @@ def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
     res = CliRunner().invoke(app, ["sweep", str(path), "--quick", "--out", str(tmp_path / "out"), "--workers", "1"])
     assert res.exit_code == 0, res.output  # 1 of 1 trial done: success, not "1/6 finished"
     assert "1 arms x 1 seeds = 1 trials" in res.output and "1/1 trials finished" in res.output
+    assert "[progress] trial a/seed-0: avg@k" in res.output and "; 1/1 done; 1 this run" in res.output, res.output
     # --records: the finished trial is packed, and a fresh folder with the same records reads it, trains nothing
     recs = tmp_path / "recs"
     for out in ("out", "fresh"):
@@ -269,8 +270,14 @@ def test_an_experiment_that_gains_an_arm_runs_only_the_new_arm(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     seen = []
     grown = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
+    assert finished_trials(grown) == 1  # what the CLI's progress counts from
     assert sweep(grown, on_trial=lambda *a: seen.append(a[:2])) == {"done": 2, "queued": 0, "given_up": 0}
     assert seen == [("b", 0)]
+    assert finished_trials(grown) == 2
+    spec["arms"] = {"b": spec["arms"]["b"]}  # an arm the experiment no longer has is not counted
+    spec["reference"] = "b"
+    path.write_text(yaml.safe_dump(spec))
+    assert finished_trials(SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False)) == 1
 
 
 def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tmp_path):
