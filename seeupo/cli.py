@@ -502,7 +502,7 @@ def sweep_cmd(
                   f"study {spec.url}")
     start = time.perf_counter()
     done = [0]
-    total, finished = n_arms * len(seeds), {"before": finished_trials(spec), "here": 0}
+    total, before, took = n_arms * len(seeds), finished_trials(spec), []  # took: this run's finished grid trials
     saved = [time.monotonic()]
 
     def save_records():
@@ -519,9 +519,9 @@ def sweep_cmd(
                 if value == INTERRUPTED else f"{exp.metric} {value:.3f}")
         where = f"{done[0]} this run"
         if not arm.startswith("tune:"):  # a grid trial: where the sweep stands, and the time left at this pace
-            finished["here"] += value is not None and value != INTERRUPTED
-            where = pace(finished["before"] + finished["here"], total, finished["here"],
-                         time.perf_counter() - start) + f"; {where}"
+            if value is not None and value != INTERRUPTED:
+                took.append(seconds)
+            where = pace(before + len(took), total, took, workers) + f"; {where}"
         console.print(f"[progress] trial {arm}/seed-{seed}: {what} ({seconds:.0f} s); {where}",
                       markup=False, highlight=False)
         if time.monotonic() - saved[0] > RECORDS_EVERY_S:

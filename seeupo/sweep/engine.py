@@ -96,21 +96,24 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def pace(done: int, total: int, finished_here: int, elapsed_s: float) -> str:
-    """Where a sweep stands: trials done of all, and the time left at the pace of the trials this
-    run has finished (``finished_here`` of them in ``elapsed_s`` seconds, all workers together);
+def pace(done: int, total: int, trial_seconds: list[float], workers: int) -> str:
+    """Where a sweep stands: trials done of all, and the time left if the rest take as long as the
+    ``trial_seconds`` of the trials this run has finished, ``workers`` at a time (the mean trial, not
+    the time since the start: with N workers the first trials end together, after one trial's time);
     no estimate before the first one.
 
-    >>> pace(37, 640, 9, 2430.0)
-    "37/640 done; about 45.2 h left at this run's pace"
-    >>> pace(28, 640, 0, 300.0)
+    >>> pace(37, 640, [300.0, 240.0], 2)
+    '37/640 done; about 22.6 h left at 270 s a trial, 2 at a time'
+    >>> pace(28, 640, [], 2)
     '28/640 done'
-    >>> pace(640, 640, 4, 900.0)
+    >>> pace(640, 640, [200.0], 2)
     '640/640 done'
     """
     text = f"{done}/{total} done"
-    if finished_here and done < total:
-        text += f"; about {duration((total - done) * elapsed_s / finished_here)} left at this run's pace"
+    if trial_seconds and done < total:
+        mean = sum(trial_seconds) / len(trial_seconds)
+        text += (f"; about {duration((total - done) * mean / max(1, workers))} left at {mean:.0f} s a trial, "
+                 f"{workers} at a time")
     return text
 
 
