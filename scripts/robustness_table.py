@@ -2,6 +2,9 @@
 
     python scripts/robustness_table.py runs/sweeps/robustness            # markdown on stdout
 
+(A sweep still running: `seeupo report runs/sweeps/robustness` first writes results.json from the
+trials finished so far; an arm's seeds are then paired with those its clean arm has.)
+
 The sweep report compares every arm with one reference (SeeUPO on clean `lookup`); the question
 of the experiment is how far each algorithm falls from its *own* clean arm as a perturbation grows.
 For each task family this prints
@@ -75,7 +78,8 @@ def tables(res: dict) -> str:
         perts = sorted({w for algo in by_algo.values() for (w, _) in algo if w != "clean"})
         levels = sorted({lv for algo in by_algo.values() for (w, lv) in algo if w != "clean"})
         out.append(f"**{fam}**: held-out {res.get('metric', 'avg@k')} after RL, mean over seeds; in brackets the "
-                   "difference from the same algorithm's clean arm, paired by seed, with its bootstrap 95% CI.\n")
+                   "difference from the same algorithm's clean arm, paired by seed, with its bootstrap 95% CI (and the "
+                   "number of seeds paired when that is not all of both arms' seeds).\n")
         out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
         out.append("|---|---|---|" + "---|" * len(levels))
         for algo, cells in by_algo.items():
@@ -91,7 +95,7 @@ def tables(res: dict) -> str:
                     else:
                         d, ci, n = paired_diff(a, clean)
                         row.append(f"{a['mean']:.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-                                   + (f", n={n}" if n != clean["n"] else "") + ")")
+                                   + (f", n={n}" if n != clean["n"] or n != a["n"] else "") + ")")
                 out.append("| " + " | ".join(row) + " |")
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
@@ -125,7 +129,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     path = args.sweep / "results.json"
     if not path.exists():
-        sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first")
+        sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first, or "
+                 f"`seeupo report {args.sweep}` for the trials finished so far")
     print(tables(json.loads(path.read_text())))
 
 

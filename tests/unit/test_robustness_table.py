@@ -44,6 +44,23 @@ def test_each_arm_is_read_against_its_own_algorithms_clean_arm(rt, tmp_path, cap
     assert "cpu A (9 trials); cpu B (3 trials)" in text
 
 
+def test_a_sweep_in_progress_says_how_many_seeds_each_difference_pairs(rt, tmp_path, capsys):
+    """Part way through, an arm may have more seeds than its clean arm: its mean is over all of its
+    seeds, its difference over the seeds both have, and the row says so."""
+    res = {"metric": "avg@k", "arms": [
+        arm("lookup-clean-seeupo", [0.50, 0.70, 0.60]),
+        arm("lookup-shaping1.0-seeupo", [0.40, 0.50, 0.60, 0.90]),
+        arm("lookup-noise0.5-seeupo", [0.30, 0.40, 0.50]),
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    rt.main([str(tmp_path)])
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("| seeupo | shaping"))
+    assert "0.600 (-0.100 [" in row and ", n=3)" in row, row  # pairs 0.4-0.5, 0.5-0.7, 0.6-0.6
+    row = next(line for line in text.splitlines() if line.startswith("| seeupo | noise"))
+    assert "0.400 (-0.200 [" in row and "n=" not in row.split("|")[-3], row  # all 3 seeds paired
+
+
 def test_arm_names_outside_the_pattern_are_refused(rt):
     assert rt.parse("trap-failure1.0-ppo") == ("trap", "failure", 1.0, "ppo")
     for bad in ("lookup-shaping-grpo", "lookup-clean0.5-grpo", "seeupo-all"):
