@@ -20,6 +20,7 @@ while the sweep goes on is an interruption too: queued again and resumed within 
 from __future__ import annotations
 
 import fcntl
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -134,9 +135,11 @@ def _study(spec: SweepSpec):
 
 
 def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
-    """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
+    """Queue every grid point that has no finished trial; one whose run folder finished without the
+    study knowing (restored from records, or study.db lost) is recorded complete. ``owner`` (the local default storage): trials
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
     another machine's, so they are left alone). Returns counts: done, queued, given_up."""
+    import optuna
     from optuna.trial import TrialState
 
     study = _study(spec)
@@ -156,6 +159,11 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
         ts = by_key.get(_key(arm, seed), [])
         states = [t.state for t in ts]
         if TrialState.COMPLETE in states:
+            counts["done"] += 1
+        elif (value := finished_value(spec, spec.folder(arm, seed))) is not None:
+            # finished before this study knew of it (restored from --records, or a lost study.db):
+            # recorded as it is, not queued for a worker to "finish" in no time
+            study.add_trial(optuna.trial.create_trial(value=value, user_attrs={KEY: _key(arm, seed)}))
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
@@ -200,8 +208,6 @@ def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
 
 def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -> float:
     """``seeupo train`` into ``folder`` (resumed when it holds a run) unless it is finished."""
-    import json
-
     summary = folder / "summary.json"
     if not summary.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -229,6 +235,15 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
             raise TrialInterrupted(f"{folder}: seeupo train was stopped by a signal (exit {rc}); resumed when queued again")
         if rc != 0 or not summary.exists():
             raise TrialFailed(f"{folder}: seeupo train exited {rc}; see {folder / 'train.log'}")
+    return finished_value(spec, folder)
+
+
+def finished_value(spec: SweepSpec, folder: Path) -> float | None:
+    """The experiment's metric of a finished run folder's held-out evaluation after RL; None while
+    the run has no ``summary.json``."""
+    summary = folder / "summary.json"
+    if not summary.exists():
+        return None
     return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
 
 
@@ -353,7 +368,6 @@ def _tune_study(spec: SweepSpec, arm: str):
 
 def _params_key(params: dict) -> str:
     import hashlib
-    import json
 
     return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=5).hexdigest()
 
@@ -493,8 +507,6 @@ def _main_thread() -> bool:
 
 
 def _sweep(spec: SweepSpec, on_trial) -> dict:
-    import json
-
     if spec.exp.tune:
         if spec.storage is None:
             _fail_running(spec)

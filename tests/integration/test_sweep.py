@@ -196,6 +196,7 @@ def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
                                        "--records", str(recs)])
         assert res.exit_code == 0 and "1/1 trials finished" in res.output, res.output
     assert "1 finished trial(s) restored" in res.output, res.output
+    assert "[progress] trial" not in res.output, res.output  # recorded as finished, not "run" in 0 s and counted twice
     assert not (tmp_path / "fresh" / "trials" / "a" / "seed-0" / "train.log").exists()  # read, not trained
     assert [p.name.split("-part-")[0] for p in recs.iterdir()] == ["mini-quick"]  # one part: nothing new the 2nd time
     assert ((tmp_path / "fresh" / "results.json").read_text().replace("fresh", "out")
