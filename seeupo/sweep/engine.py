@@ -135,11 +135,9 @@ def _study(spec: SweepSpec):
 
 
 def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
-    """Queue every grid point that has no finished trial; one whose run folder finished without the
-    study knowing (restored from records, or study.db lost) is recorded complete. ``owner`` (the local default storage): trials
+    """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
     another machine's, so they are left alone). Returns counts: done, queued, given_up."""
-    import optuna
     from optuna.trial import TrialState
 
     study = _study(spec)
@@ -159,11 +157,6 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
         ts = by_key.get(_key(arm, seed), [])
         states = [t.state for t in ts]
         if TrialState.COMPLETE in states:
-            counts["done"] += 1
-        elif (value := finished_value(spec, spec.folder(arm, seed))) is not None:
-            # finished before this study knew of it (restored from --records, or a lost study.db):
-            # recorded as it is, not queued for a worker to "finish" in no time
-            study.add_trial(optuna.trial.create_trial(value=value, user_attrs={KEY: _key(arm, seed)}))
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
@@ -319,6 +312,12 @@ def work(spec: SweepSpec, on_trial=None) -> None:
         if lock is None:  # already being trained elsewhere
             if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
                 _close(study, trial, TrialState.PRUNED)
+            continue
+        if (value := finished_value(spec, spec.folder(arm, seed))) is not None:
+            # finished before the study knew (restored from --records, or a lost study.db): recorded as
+            # it is, with no on_trial call, which would count it again and average its 0 s into the pace
+            lock.close()
+            _tell_done(study, trial, value, user_attrs={KEY: _key(arm, seed)})
             continue
         start = time.perf_counter()
         try:
