@@ -13,7 +13,11 @@ For each task family this prints
   (the report's `bootstrap_ci`, 10000 resamples);
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
   interval (and, on `trap`, how many runs ended in the trap);
-- the platforms the trials ran on, when more than one (a sweep that spans sessions may move).
+- the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
+- the trials whose held-out score after RL ends far below their own training curve (more than
+  ``--drop`` below the mean training success of their last ``--last`` iterations): a breakdown in the
+  final updates, which the collapse detector (it reads training curves) cannot see. Read from the
+  trials' folders (``trials/ARM/seed-N/summary.json`` and ``metrics.jsonl``).
 
 Arm names follow the experiment file: FAMILY-clean-ALGO and FAMILY-PERTURBATIONLEVEL-ALGO.
 """
@@ -123,15 +127,51 @@ def tables(res: dict) -> str:
     return "\n".join(out)
 
 
+def breakdowns(sweep: Path, metric: str = "avg@k", drop: float = 0.4, last: int = 3) -> tuple[list, int]:
+    """Finished trials whose held-out ``metric`` after RL is more than ``drop`` below the mean training
+    ``success_rate`` of their last ``last`` iterations: ``([(trial, held_out, train), ...], trials read)``."""
+    found, read = [], 0
+    for summary in sorted(sweep.glob("trials/*/seed-*/summary.json")):
+        held = (json.loads(summary.read_text()).get("eval_after") or {}).get(metric)
+        rates = []
+        metrics = summary.parent / "metrics.jsonl"
+        if metrics.exists():
+            for line in metrics.read_text().splitlines():
+                row = json.loads(line) if line.strip() else {}
+                if "success_rate" in row:
+                    rates.append(row["success_rate"])
+        if held is None or not rates:
+            continue
+        read += 1
+        train = sum(rates[-last:]) / len(rates[-last:])
+        if held < train - drop:
+            found.append((f"{summary.parent.parent.name}/{summary.parent.name}", held, train))
+    return found, read
+
+
+def breakdown_text(sweep: Path, metric: str, drop: float, last: int) -> str:
+    found, read = breakdowns(sweep, metric, drop, last)
+    head = (f"Trials whose held-out {metric} after RL is more than {drop:g} below their training success (mean of "
+            f"their last {last} iterations): {len(found)} of {read}")
+    return head + ("." if not found else ":\n\n" + "\n".join(
+        f"- {t}: held-out {h:.3f}, training {tr:.3f}" for t, h, tr in found))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep", type=Path, help="the sweep's folder (with results.json)")
+    ap.add_argument("--drop", type=float, default=0.4,
+                    help="list trials whose held-out score is more than this below their training success (0.4)")
+    ap.add_argument("--last", type=int, default=3, help="training success: mean of the last N iterations (3)")
     args = ap.parse_args(argv)
     path = args.sweep / "results.json"
     if not path.exists():
         sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first, or "
                  f"`seeupo report {args.sweep}` for the trials finished so far")
-    print(tables(json.loads(path.read_text())))
+    res = json.loads(path.read_text())
+    print(tables(res))
+    if (args.sweep / "trials").is_dir():
+        print("\n" + breakdown_text(args.sweep, res.get("metric", "avg@k"), args.drop, args.last))
 
 
 if __name__ == "__main__":

@@ -66,3 +66,31 @@ def test_arm_names_outside_the_pattern_are_refused(rt):
     for bad in ("lookup-shaping-grpo", "lookup-clean0.5-grpo", "seeupo-all"):
         with pytest.raises(ValueError, match="is not FAMILY"):
             rt.parse(bad)
+
+
+def trial(root, name, seed, held_out, successes):
+    folder = root / "trials" / name / f"seed-{seed}"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"eval_after": {"avg@k": held_out, "k": 4}}))
+    rows = [{"iteration": 0, "eval": {"avg@k": 0.1}}]  # an evaluation row has no success_rate
+    rows += [{"iteration": i, "success_rate": s} for i, s in enumerate(successes)]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_trials_that_end_far_below_their_training_curve_are_listed(rt, tmp_path, capsys):
+    """A held-out score more than 0.4 below the mean training success of the last 3 iterations is a
+    breakdown the collapse detector cannot see; the script lists it and only it."""
+    res = {"metric": "avg@k", "arms": [arm("lookup-clean-seeupo", [0.5, 0.6]),
+                                       arm("lookup-shaping1.0-seeupo", [0.0, 0.5])]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 0, 0.0, [0.9, 0.1, 0.6, 0.5, 0.7])  # last 3: 0.6 -> drop 0.6
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 1, 0.6, [0.1, 0.9, 0.9, 0.9])       # drop 0.3
+    trial(tmp_path, "lookup-clean-seeupo", 0, 0.3, [1.0, 1.0, 0.5, 0.5, 0.5])       # early peak; last 3: drop 0.2
+    rt.main([str(tmp_path)])
+    text = capsys.readouterr().out
+    assert "training success (mean of their last 3 iterations): 1 of 3:" in text
+    assert "- lookup-shaping1.0-seeupo/seed-0: held-out 0.000, training 0.600" in text
+    assert "seed-1:" not in text and "lookup-clean-seeupo/seed-0:" not in text
+    rt.main([str(tmp_path), "--drop", "0.25"])
+    text = capsys.readouterr().out
+    assert "2 of 3:" in text and "- lookup-shaping1.0-seeupo/seed-1: held-out 0.600, training 0.900" in text
