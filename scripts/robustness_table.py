@@ -164,6 +164,8 @@ def main(argv=None) -> None:
                     help="list trials whose held-out score is more than this below their training success (0.4)")
     ap.add_argument("--last", type=int, default=3, help="training success: mean of the last N iterations (3)")
     args = ap.parse_args(argv)
+    if args.last < 1:
+        ap.error(f"--last must be at least 1 (got {args.last})")
     path = args.sweep / "results.json"
     if not path.exists():
         sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first, or "
