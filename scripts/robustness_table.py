@@ -31,7 +31,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from seeupo.sweep.report import bootstrap_ci
+from seeupo.sweep.report import bootstrap_ci, collect
 
 NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
 
@@ -131,21 +131,16 @@ def breakdowns(sweep: Path, metric: str = "avg@k", drop: float = 0.4, last: int 
     """Finished trials whose held-out ``metric`` after RL is more than ``drop`` below the mean training
     ``success_rate`` of their last ``last`` iterations: ``([(trial, held_out, train), ...], trials read)``."""
     found, read = [], 0
-    for summary in sorted(sweep.glob("trials/*/seed-*/summary.json")):
-        held = (json.loads(summary.read_text()).get("eval_after") or {}).get(metric)
-        rates = []
-        metrics = summary.parent / "metrics.jsonl"
-        if metrics.exists():
-            for line in metrics.read_text().splitlines():
-                row = json.loads(line) if line.strip() else {}
-                if "success_rate" in row:
-                    rates.append(row["success_rate"])
-        if held is None or not rates:
-            continue
-        read += 1
-        train = sum(rates[-last:]) / len(rates[-last:])
-        if held < train - drop:
-            found.append((f"{summary.parent.parent.name}/{summary.parent.name}", held, train))
+    for arm, seeds in collect(sweep).items():
+        for seed, t in seeds.items():
+            held = (t["summary"].get("eval_after") or {}).get(metric)
+            rates = [r["success_rate"] for r in t["records"] if r.get("success_rate") is not None][-last:]
+            if held is None or not rates:
+                continue
+            read += 1
+            train = sum(rates) / len(rates)
+            if held < train - drop:
+                found.append((f"{arm}/seed-{seed}", held, train))
     return found, read
 
 
