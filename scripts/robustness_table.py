@@ -12,7 +12,7 @@ For each task family this prints
   it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
   (the report's `bootstrap_ci`, 10000 resamples);
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
-  interval (and, on `trap`, how many runs ended in the trap);
+  interval (and, on `trap`, how many runs ended in the trap), and the same counts per algorithm;
 - the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
 - the trials whose held-out score after RL ends far below their own training curve (more than
   ``--drop`` below the mean training success of their last ``--last`` iterations): a breakdown in the
@@ -120,6 +120,19 @@ def tables(res: dict) -> str:
             if trap:
                 row += f" {sum(a.get('trapped') or 0 for a in got)} |"
             out.append(row)
+        out.append("")
+        out.append(f"**{fam}**: collapses per algorithm (runs flagged / runs)"
+                   + ("; runs that ended in the trap" if trap else "") + ".\n")
+        out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
+        out.append("|---|---|---|" + "---|" * len(levels))
+        for algo, cells in by_algo.items():
+            for p in perts:
+                row = [algo, p]
+                for key in [("clean", 0.0)] + [(p, lv) for lv in levels]:
+                    a = cells.get(key)
+                    row.append("-" if a is None else f"{a['collapses']}/{a['n']}"
+                               + (f", {a.get('trapped') or 0} in the trap" if trap else ""))
+                out.append("| " + " | ".join(row) + " |")
         out.append("")
     platforms = Counter(label for a in arms.values() for label in a.get("platforms", {}).values())
     if len(platforms) > 1:

@@ -33,8 +33,10 @@ def test_each_arm_is_read_against_its_own_algorithms_clean_arm(rt, tmp_path, cap
     (tmp_path / "results.json").write_text(json.dumps(res))
     rt.main([str(tmp_path)])
     text = capsys.readouterr().out
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
-            if line.startswith("| seeupo") or line.startswith("| grpo")}
+    rows = {}  # the success table's rows: the first of each (algorithm, perturbation)
+    for line in text.splitlines():
+        if line.startswith("| seeupo") or line.startswith("| grpo"):
+            rows.setdefault(tuple(c.strip() for c in line.strip("|").split("|")[:2]), line)
     # seeupo: differences -0.25, -0.30, -0.15 -> mean -0.233; grpo: 0, +0.05, +0.05 -> +0.033
     assert "0.367 (-0.233 [" in rows[("seeupo", "shaping")]
     assert "0.833 (+0.033 [" in rows[("grpo", "shaping")]
@@ -94,3 +96,23 @@ def test_trials_that_end_far_below_their_training_curve_are_listed(rt, tmp_path,
     rt.main([str(tmp_path), "--drop", "0.25"])
     text = capsys.readouterr().out
     assert "2 of 3:" in text and "- lookup-shaping1.0-seeupo/seed-1: held-out 0.600, training 0.900" in text
+
+
+def test_collapses_are_also_counted_per_algorithm(rt, tmp_path, capsys):
+    """The pooled collapse table cannot say which algorithm collapses; a second table counts them per
+    algorithm, perturbation and level (and, on trap, the runs that ended in the trap)."""
+    res = {"metric": "avg@k", "arms": [
+        arm("lookup-clean-seeupo", [0.5, 0.6]),
+        arm("lookup-noise0.5-seeupo", [0.5, 0.6]),
+        arm("lookup-noise1.0-seeupo", [0.5, 0.6, 0.7], collapses=1),
+        arm("lookup-clean-grpo", [0.5, 0.6], collapses=1),
+        arm("lookup-noise0.5-grpo", [0.5, 0.6], collapses=2),
+        arm("trap-clean-ppo", [0.1, 0.2], collapses=1) | {"trapped": 2},
+        arm("trap-shaping1.0-ppo", [0.1, 0.2]) | {"trapped": 0},
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    rt.main([str(tmp_path)])
+    text = capsys.readouterr().out
+    assert "| seeupo | noise | 0/2 | 0/2 | 1/3 |" in text
+    assert "| grpo | noise | 1/2 | 2/2 | - |" in text
+    assert "| ppo | shaping | 1/2, 2 in the trap | 0/2, 0 in the trap |" in text
