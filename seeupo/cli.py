@@ -1,4 +1,5 @@
-"""The ``seeupo`` command line: ``seeupo train``, ``seeupo lab table1``, ``seeupo lab reach``, ``seeupo sweep``."""
+"""The ``seeupo`` command line: ``train``, ``eval``, ``sample``, ``summarize``, ``sweep``, ``report``,
+``setup``, ``lab table1`` and ``lab reach`` (``seeupo --help`` lists them with what each does)."""
 
 from __future__ import annotations
 

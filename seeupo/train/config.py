@@ -46,7 +46,8 @@ class ModelConfig(Strict):
 
 
 class EnvConfig(Strict):
-    name: str = Field("lookup", description="environment name (built in: lookup, bfcl)")
+    name: str = Field("lookup", description="environment name (built in: lookup, trap; bfcl and textworld after "
+                      "`seeupo setup NAME`; appworld in its own environment, docs/envs.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options, validated by the environment")
     timeout_s: Optional[float] = Field(60.0, gt=0, description="seconds one environment call (reset, step, score) "
                                        "may take; a call past it ends only its episode (end_reason 'timeout', "
