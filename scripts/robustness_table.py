@@ -13,6 +13,9 @@ For each task family this prints
   (the report's `bootstrap_ci`, 10000 resamples);
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
   interval (and, on `trap`, how many runs ended in the trap), and the same counts per algorithm;
+- from the trials' training curves, each arm's drawdown (``seeupo.sweep.collapse.drawdown``: the largest
+  fall of the smoothed training success below its running best), against the same algorithm's clean
+  arm like the success table;
 - the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
 - the trials whose held-out score after RL ends far below their own training curve (more than
   ``--drop`` below the mean training success of their last ``--last`` iterations): a breakdown in the
@@ -30,7 +33,9 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+from statistics import mean
 
+from seeupo.sweep.collapse import CollapseRule, drawdown
 from seeupo.sweep.report import bootstrap_ci, collect
 
 NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
@@ -65,13 +70,37 @@ def wilson(k: int, n: int, z: float = 1.959964) -> list[float]:
 
 
 def paired_diff(arm: dict, clean: dict) -> tuple[float, list[float], int]:
-    """Mean and bootstrap CI of arm - clean over the seeds both have."""
-    seeds = sorted(set(arm["per_seed"]) & set(clean["per_seed"]), key=int)
-    d = [arm["per_seed"][s]["after"] - clean["per_seed"][s]["after"] for s in seeds]
+    """Mean and bootstrap CI of arm - clean (per-seed values ``{seed: x}``) over the seeds both have."""
+    seeds = sorted(set(arm) & set(clean), key=int)
+    d = [arm[s] - clean[s] for s in seeds]
     return (sum(d) / len(d) if d else float("nan")), bootstrap_ci(d), len(d)
 
 
-def tables(res: dict) -> str:
+def diff_rows(by_algo: dict, perts: list, levels: list, of) -> list[str]:
+    """Rows algorithm x perturbation: per level the mean over seeds of ``of(arm)`` (``{seed: x}``) and
+    its paired difference from the same algorithm's clean arm with the bootstrap CI."""
+    rows = []
+    for algo, cells in by_algo.items():
+        clean = of(cells[("clean", 0.0)]) if ("clean", 0.0) in cells else None
+        for p in perts:
+            row = [algo, p, f"{mean(clean.values()):.3f} (n={len(clean)})" if clean else "-"]
+            for lv in levels:
+                a = of(cells[(p, lv)]) if (p, lv) in cells else None
+                if not a:
+                    row.append("-")
+                elif not clean:
+                    row.append(f"{mean(a.values()):.3f}")
+                else:
+                    d, ci, n = paired_diff(a, clean)
+                    row.append(f"{mean(a.values()):.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+                               + (f", n={n}" if n != len(clean) or n != len(a) else "") + ")")
+            rows.append("| " + " | ".join(row) + " |")
+    return rows
+
+
+def tables(res: dict, drawdowns: dict | None = None) -> str:
+    """The markdown tables of results.json; with ``drawdowns`` (``{arm: {seed: drawdown}}``, read from
+    the trials' training curves) also the drawdown table."""
     arms = {a["name"]: a for a in res["arms"]}
     grid: dict = {}
     for name, a in arms.items():
@@ -86,21 +115,16 @@ def tables(res: dict) -> str:
                    "number of seeds paired when that is not all of both arms' seeds).\n")
         out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
         out.append("|---|---|---|" + "---|" * len(levels))
-        for algo, cells in by_algo.items():
-            clean = cells.get(("clean", 0.0))
-            for p in perts:
-                row = [algo, p, f"{clean['mean']:.3f} (n={clean['n']})" if clean else "-"]
-                for lv in levels:
-                    a = cells.get((p, lv))
-                    if a is None:
-                        row.append("-")
-                    elif clean is None:
-                        row.append(f"{a['mean']:.3f}")
-                    else:
-                        d, ci, n = paired_diff(a, clean)
-                        row.append(f"{a['mean']:.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-                                   + (f", n={n}" if n != clean["n"] or n != a["n"] else "") + ")")
-                out.append("| " + " | ".join(row) + " |")
+        out += diff_rows(by_algo, perts, levels, lambda a: {s: v["after"] for s, v in a["per_seed"].items()})
+        if drawdowns is not None:
+            out.append("")
+            out.append(f"**{fam}**: drawdown of the training curve (the largest fall of the {CollapseRule.window}-iteration "
+                       "mean of training success below its running best, `seeupo.sweep.collapse.drawdown`; 0 for a run that "
+                       "never fell), mean over seeds; in brackets the difference from the same algorithm's clean arm, "
+                       "paired by seed, with its bootstrap 95% CI.\n")
+            out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
+            out.append("|---|---|---|" + "---|" * len(levels))
+            out += diff_rows(by_algo, perts, levels, lambda a: drawdowns.get(a["name"], {}))
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
         out.append(f"**{fam}**: collapse frequency (runs flagged by the sweep's collapse detector, "
@@ -140,11 +164,22 @@ def tables(res: dict) -> str:
     return "\n".join(out)
 
 
-def breakdowns(sweep: Path, metric: str = "avg@k", drop: float = 0.4, last: int = 3) -> tuple[list, int]:
-    """Finished trials whose held-out ``metric`` after RL is more than ``drop`` below the mean training
-    ``success_rate`` of their last ``last`` iterations: ``([(trial, held_out, train), ...], trials read)``."""
+def trial_drawdowns(trials: dict) -> dict:
+    """``{arm: {seed: drawdown}}`` of finished trials (``collect``'s tree); seeds as strings, as in results.json."""
+    out: dict = {}
+    for arm, seeds in trials.items():
+        for seed, t in seeds.items():
+            d = drawdown(t["records"])
+            if d is not None:
+                out.setdefault(arm, {})[str(seed)] = d
+    return out
+
+
+def breakdowns(trials: dict, metric: str = "avg@k", drop: float = 0.4, last: int = 3) -> tuple[list, int]:
+    """Finished trials (``collect``'s tree) whose held-out ``metric`` after RL is more than ``drop`` below the
+    mean training ``success_rate`` of their last ``last`` iterations: ``([(trial, held_out, train), ...], trials read)``."""
     found, read = [], 0
-    for arm, seeds in collect(sweep).items():
+    for arm, seeds in trials.items():
         for seed, t in seeds.items():
             held = (t["summary"].get("eval_after") or {}).get(metric)
             rates = [r["success_rate"] for r in t["records"] if r.get("success_rate") is not None][-last:]
@@ -157,8 +192,8 @@ def breakdowns(sweep: Path, metric: str = "avg@k", drop: float = 0.4, last: int 
     return found, read
 
 
-def breakdown_text(sweep: Path, metric: str, drop: float, last: int) -> str:
-    found, read = breakdowns(sweep, metric, drop, last)
+def breakdown_text(trials: dict, metric: str, drop: float, last: int) -> str:
+    found, read = breakdowns(trials, metric, drop, last)
     head = (f"Trials whose held-out {metric} after RL is more than {drop:g} below their training success (mean of "
             f"their last {last} iterations): {len(found)} of {read}")
     return head + ("." if not found else ":\n\n" + "\n".join(
@@ -179,9 +214,10 @@ def main(argv=None) -> None:
         sys.exit(f"{path} does not exist: run `seeupo sweep robustness --out {args.sweep}` to its end first, or "
                  f"`seeupo report {args.sweep}` for the trials finished so far")
     res = json.loads(path.read_text())
-    print(tables(res))
-    if (args.sweep / "trials").is_dir():
-        print("\n" + breakdown_text(args.sweep, res.get("metric", "avg@k"), args.drop, args.last))
+    trials = collect(args.sweep) if (args.sweep / "trials").is_dir() else None
+    print(tables(res, trial_drawdowns(trials) if trials is not None else None))
+    if trials is not None:
+        print("\n" + breakdown_text(trials, res.get("metric", "avg@k"), args.drop, args.last))
 
 
 if __name__ == "__main__":

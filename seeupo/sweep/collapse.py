@@ -78,3 +78,23 @@ def detect_collapse(records: list[dict], rule: CollapseRule = CollapseRule()) ->
     if start is not None:
         return {"reason": "format", "iteration": its[start]}
     return None
+
+
+def drawdown(records: list[dict], window: int = CollapseRule.window) -> float | None:
+    """The largest fall of a run's smoothed training success below its running best: over its training
+    lines, ``max_t (max_{s <= t} m_s - m_t)`` with ``m`` the ``window``-iteration trailing mean of
+    ``success_rate`` (the collapse detector's smoothing). 0 for a run whose smoothed success never
+    falls: how far a run is from monotonic improvement, where the detector only says yes or no.
+    None without training lines.
+
+    >>> drawdown([{"reward_mean": 0, "success_rate": s} for s in (0.2, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1)], window=1)
+    0.4
+    """
+    success = [float(r.get("success_rate") or 0.0) for r in records if "reward_mean" in r]
+    if not success:
+        return None
+    best, worst = float("-inf"), 0.0
+    for s in _smooth(success, window):
+        best = max(best, s)
+        worst = max(worst, best - s)
+    return worst

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from seeupo.sweep.collapse import CollapseRule, detect_collapse
+from seeupo.sweep.collapse import CollapseRule, detect_collapse, drawdown
 from seeupo.sweep.report import bootstrap_ci
 
 
@@ -86,3 +86,18 @@ def test_a_run_ends_in_the_trap_when_its_last_iterations_mostly_guess():
     assert ended_in_trap(rs([0.1] * 10 + [0.9] * 5))
     assert not ended_in_trap(rs([0.9] * 10 + [0.2] * 5))
     assert not ended_in_trap([{"reward_mean": 0}] * 5)  # not the trap family
+
+
+def test_drawdown_is_the_largest_fall_of_the_smoothed_success_below_an_earlier_value():
+    """Checked against a brute force over every pair (earlier, later) of the trailing 3-iteration mean."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(50):
+        xs = [rng.random() for _ in range(rng.randint(1, 30))]
+        m = [sum(xs[max(0, i - 2): i + 1]) / len(xs[max(0, i - 2): i + 1]) for i in range(len(xs))]
+        want = max([m[i] - m[j] for i in range(len(m)) for j in range(i, len(m))])
+        assert drawdown(stream(xs)) == pytest.approx(want)
+    assert drawdown(stream([i / 20 for i in range(20)])) == 0.0  # monotone: no fall
+    assert drawdown(stream([0.2, 0.8, 0.8, 0.8, 0.2, 0.2, 0.2, 0.9])) == pytest.approx(0.6)
+    assert drawdown([{"iteration": 0, "eval": {"avg@k": 0.5}}]) is None  # no training lines

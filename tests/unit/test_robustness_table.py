@@ -75,7 +75,7 @@ def trial(root, name, seed, held_out, successes):
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text(json.dumps({"eval_after": {"avg@k": held_out, "k": 4}}))
     rows = [{"iteration": 0, "eval": {"avg@k": 0.1}}]  # an evaluation row has no success_rate
-    rows += [{"iteration": i, "success_rate": s} for i, s in enumerate(successes)]
+    rows += [{"iteration": i, "reward_mean": s, "success_rate": s} for i, s in enumerate(successes)]
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
@@ -116,3 +116,20 @@ def test_collapses_are_also_counted_per_algorithm(rt, tmp_path, capsys):
     assert "| seeupo | noise | 0/2 | 0/2 | 1/3 |" in text
     assert "| grpo | noise | 1/2 | 2/2 | - |" in text
     assert "| ppo | shaping | 1/2, 2 in the trap | 0/2, 0 in the trap |" in text
+
+
+def test_the_drawdown_table_reads_each_trials_training_curve(rt, tmp_path, capsys):
+    """How far each run fell from its own best (the 3-iteration mean of training success), per arm,
+    against the same algorithm's clean arm paired by seed."""
+    res = {"metric": "avg@k", "arms": [arm("lookup-clean-seeupo", [0.5, 0.6]),
+                                       arm("lookup-shaping1.0-seeupo", [0.5, 0.6])]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    trial(tmp_path, "lookup-clean-seeupo", 0, 0.5, [0.1 * i for i in range(8)])      # rising: 0
+    trial(tmp_path, "lookup-clean-seeupo", 1, 0.6, [0.2] * 4 + [0.0] * 4)           # 0.2
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 0, 0.5, [0.5] * 4 + [0.0] * 4)      # 0.5
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 1, 0.6, [0.4] * 4 + [0.0] + [0.4] * 4)  # one dip: 0.4 - 0.8 / 3
+    rt.main([str(tmp_path)])
+    text = capsys.readouterr().out.split("drawdown of the training curve", 1)[1]
+    row = next(line for line in text.splitlines() if line.startswith("| seeupo | shaping"))
+    # means 0.1 and (0.5 + 0.1333) / 2; paired differences 0.5 - 0 and 0.1333 - 0.2: +0.2167
+    assert row.startswith("| seeupo | shaping | 0.100 (n=2) | 0.317 (+0.217 ["), row
