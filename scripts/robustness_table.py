@@ -1,4 +1,4 @@
-"""The `robustness` experiment's tables, read from a finished sweep's results.json.
+"""The `robustness` experiment's tables, read from a finished sweep's results.json and its trials' folders.
 
     python scripts/robustness_table.py runs/sweeps/robustness            # markdown on stdout
 
@@ -11,11 +11,11 @@ For each task family this prints
 - held-out success after RL per algorithm, perturbation and level: the mean over seeds, and beside
   it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
   (the report's `bootstrap_ci`, 10000 resamples);
+- from the trials' training curves (for the seeds results.json has), each arm's drawdown
+  (``seeupo.sweep.collapse.drawdown``: the largest fall of the smoothed training success below its
+  running best), against the same algorithm's clean arm like the success table;
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
   interval (and, on `trap`, how many runs ended in the trap), and the same counts per algorithm;
-- from the trials' training curves, each arm's drawdown (``seeupo.sweep.collapse.drawdown``: the largest
-  fall of the smoothed training success below its running best), against the same algorithm's clean
-  arm like the success table;
 - the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
 - the trials whose held-out score after RL ends far below their own training curve (more than
   ``--drop`` below the mean training success of their last ``--last`` iterations): a breakdown in the
@@ -76,6 +76,12 @@ def paired_diff(arm: dict, clean: dict) -> tuple[float, list[float], int]:
     return (sum(d) / len(d) if d else float("nan")), bootstrap_ci(d), len(d)
 
 
+def level_header(levels: list) -> list[str]:
+    """Header and rule of a table with a row per algorithm and perturbation, a column per level."""
+    return ["| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |",
+            "|---|---|---|" + "---|" * len(levels)]
+
+
 def diff_rows(by_algo: dict, perts: list, levels: list, of) -> list[str]:
     """Rows algorithm x perturbation: per level the mean over seeds of ``of(arm)`` (``{seed: x}``) and
     its paired difference from the same algorithm's clean arm with the bootstrap CI."""
@@ -113,8 +119,7 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
         out.append(f"**{fam}**: held-out {res.get('metric', 'avg@k')} after RL, mean over seeds; in brackets the "
                    "difference from the same algorithm's clean arm, paired by seed, with its bootstrap 95% CI (and the "
                    "number of seeds paired when that is not all of both arms' seeds).\n")
-        out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
-        out.append("|---|---|---|" + "---|" * len(levels))
+        out += level_header(levels)
         out += diff_rows(by_algo, perts, levels, lambda a: {s: v["after"] for s, v in a["per_seed"].items()})
         if drawdowns is not None:
             out.append("")
@@ -122,8 +127,7 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
                        "mean of training success below its running best, `seeupo.sweep.collapse.drawdown`; 0 for a run that "
                        "never fell), mean over seeds; in brackets the difference from the same algorithm's clean arm, "
                        "paired by seed, with its bootstrap 95% CI.\n")
-            out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
-            out.append("|---|---|---|" + "---|" * len(levels))
+            out += level_header(levels)
             out += diff_rows(by_algo, perts, levels, lambda a: drawdowns.get(a["name"], {}))
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
@@ -147,15 +151,15 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
         out.append("")
         out.append(f"**{fam}**: collapses per algorithm (runs flagged / runs)"
                    + ("; runs that ended in the trap" if trap else "") + ".\n")
-        out.append("| algorithm | perturbation | 0 (clean) | " + " | ".join(f"{lv:g}" for lv in levels) + " |")
-        out.append("|---|---|---|" + "---|" * len(levels))
+        out += level_header(levels)
         for algo, cells in by_algo.items():
             for p in perts:
                 row = [algo, p]
                 for key in [("clean", 0.0)] + [(p, lv) for lv in levels]:
                     a = cells.get(key)
                     row.append("-" if a is None else f"{a['collapses']}/{a['n']}"
-                               + (f", {a.get('trapped') or 0} in the trap" if trap else ""))
+                               + ("" if not trap else ", - in the trap" if a.get("trapped") is None
+                                  else f", {a['trapped']} in the trap"))
                 out.append("| " + " | ".join(row) + " |")
         out.append("")
     platforms = Counter(label for a in arms.values() for label in a.get("platforms", {}).values())
@@ -164,11 +168,15 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def trial_drawdowns(trials: dict) -> dict:
-    """``{arm: {seed: drawdown}}`` of finished trials (``collect``'s tree); seeds as strings, as in results.json."""
+def trial_drawdowns(trials: dict, res: dict) -> dict:
+    """``{arm: {seed: drawdown}}`` of finished trials (``collect``'s tree), for the arms and seeds
+    results.json has (a sweep still running may have finished more since its report); seeds as strings."""
+    have = {a["name"]: set(a["per_seed"]) for a in res["arms"]}
     out: dict = {}
     for arm, seeds in trials.items():
         for seed, t in seeds.items():
+            if str(seed) not in have.get(arm, ()):
+                continue
             d = drawdown(t["records"])
             if d is not None:
                 out.setdefault(arm, {})[str(seed)] = d
@@ -215,7 +223,7 @@ def main(argv=None) -> None:
                  f"`seeupo report {args.sweep}` for the trials finished so far")
     res = json.loads(path.read_text())
     trials = collect(args.sweep) if (args.sweep / "trials").is_dir() else None
-    print(tables(res, trial_drawdowns(trials) if trials is not None else None))
+    print(tables(res, trial_drawdowns(trials, res) if trials is not None else None))
     if trials is not None:
         print("\n" + breakdown_text(trials, res.get("metric", "avg@k"), args.drop, args.last))
 

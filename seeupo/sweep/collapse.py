@@ -83,7 +83,8 @@ def detect_collapse(records: list[dict], rule: CollapseRule = CollapseRule()) ->
 def drawdown(records: list[dict], window: int = CollapseRule.window) -> float | None:
     """The largest fall of a run's smoothed training success below its running best: over its training
     lines, ``max_t (max_{s <= t} m_s - m_t)`` with ``m`` the ``window``-iteration trailing mean of
-    ``success_rate`` (the collapse detector's smoothing). 0 for a run whose smoothed success never
+    ``success_rate`` (the collapse detector's smoothing; over the first ``window - 1`` lines the mean of
+    the lines so far). 0 for a run whose smoothed success never
     falls: how far a run is from monotonic improvement, where the detector only says yes or no.
     None without training lines.
 

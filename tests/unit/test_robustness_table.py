@@ -109,6 +109,7 @@ def test_collapses_are_also_counted_per_algorithm(rt, tmp_path, capsys):
         arm("lookup-noise0.5-grpo", [0.5, 0.6], collapses=2),
         arm("trap-clean-ppo", [0.1, 0.2], collapses=1) | {"trapped": 2},
         arm("trap-shaping1.0-ppo", [0.1, 0.2]) | {"trapped": 0},
+        arm("trap-noise1.0-ppo", [0.1, 0.2]),  # no trap count recorded: shown as unknown, not as 0
     ]}
     (tmp_path / "results.json").write_text(json.dumps(res))
     rt.main([str(tmp_path)])
@@ -116,20 +117,25 @@ def test_collapses_are_also_counted_per_algorithm(rt, tmp_path, capsys):
     assert "| seeupo | noise | 0/2 | 0/2 | 1/3 |" in text
     assert "| grpo | noise | 1/2 | 2/2 | - |" in text
     assert "| ppo | shaping | 1/2, 2 in the trap | 0/2, 0 in the trap |" in text
+    assert "| ppo | noise | 1/2, 2 in the trap | 0/2, - in the trap |" in text
 
 
 def test_the_drawdown_table_reads_each_trials_training_curve(rt, tmp_path, capsys):
     """How far each run fell from its own best (the 3-iteration mean of training success), per arm,
-    against the same algorithm's clean arm paired by seed."""
-    res = {"metric": "avg@k", "arms": [arm("lookup-clean-seeupo", [0.5, 0.6]),
-                                       arm("lookup-shaping1.0-seeupo", [0.5, 0.6])]}
-    (tmp_path / "results.json").write_text(json.dumps(res))
+    against the same algorithm's clean arm paired by seed; only the seeds results.json has."""
+    clean, shaping = arm("lookup-clean-seeupo", [0.5, 0.6, 0.7]), arm("lookup-shaping1.0-seeupo", [0.5, 0.6, 0.7])
+    shaping["per_seed"] = {str(int(s) + 1): v for s, v in shaping["per_seed"].items()}  # seeds 1, 2, 3
+    (tmp_path / "results.json").write_text(json.dumps({"metric": "avg@k", "arms": [clean, shaping]}))
     trial(tmp_path, "lookup-clean-seeupo", 0, 0.5, [0.1 * i for i in range(8)])      # rising: 0
     trial(tmp_path, "lookup-clean-seeupo", 1, 0.6, [0.2] * 4 + [0.0] * 4)           # 0.2
-    trial(tmp_path, "lookup-shaping1.0-seeupo", 0, 0.5, [0.5] * 4 + [0.0] * 4)      # 0.5
-    trial(tmp_path, "lookup-shaping1.0-seeupo", 1, 0.6, [0.4] * 4 + [0.0] + [0.4] * 4)  # one dip: 0.4 - 0.8 / 3
+    trial(tmp_path, "lookup-clean-seeupo", 2, 0.7, [0.3] * 4 + [0.0] * 4)           # 0.3
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 1, 0.5, [0.5] * 4 + [0.0] * 4)      # 0.5
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 2, 0.6, [0.4] * 4 + [0.0] + [0.4] * 4)  # one dip: 0.4 - 0.8 / 3
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 3, 0.7, [0.9] * 4 + [0.0] * 4)      # 0.9
+    trial(tmp_path, "lookup-shaping1.0-seeupo", 4, 0.7, [0.0] * 4 + [0.0] * 4)      # finished after the report: left out
     rt.main([str(tmp_path)])
     text = capsys.readouterr().out.split("drawdown of the training curve", 1)[1]
     row = next(line for line in text.splitlines() if line.startswith("| seeupo | shaping"))
-    # means 0.1 and (0.5 + 0.1333) / 2; paired differences 0.5 - 0 and 0.1333 - 0.2: +0.2167
-    assert row.startswith("| seeupo | shaping | 0.100 (n=2) | 0.317 (+0.217 ["), row
+    # means (0 + 0.2 + 0.3) / 3 and (0.5 + 0.1333 + 0.9) / 3; seeds 1 and 2 paired: (0.3 - 0.1667) / 2
+    assert row.startswith("| seeupo | shaping | 0.167 (n=3) | 0.511 (+0.067 ["), row
+    assert row.endswith(", n=2) |"), row
