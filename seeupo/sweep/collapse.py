@@ -84,9 +84,8 @@ def drawdown(records: list[dict], window: int = CollapseRule.window) -> float | 
     """The largest fall of a run's smoothed training success below its running best: over its training
     lines, ``max_t (max_{s <= t} m_s - m_t)`` with ``m`` the ``window``-iteration trailing mean of
     ``success_rate`` (the collapse detector's smoothing; over the first ``window - 1`` lines the mean of
-    the lines so far). 0 for a run whose smoothed success never
-    falls: how far a run is from monotonic improvement, where the detector only says yes or no.
-    None without training lines.
+    the lines so far). 0 for a run whose smoothed success never falls: how far a run is from
+    monotonic improvement, where the detector only says yes or no. None without training lines.
 
     >>> drawdown([{"reward_mean": 0, "success_rate": s} for s in (0.2, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1)], window=1)
     0.4
