@@ -10,7 +10,8 @@ of the experiment is how far each algorithm falls from its *own* clean arm as a 
 For each task family this prints
 - held-out success after RL per algorithm, perturbation and level: the mean over seeds, and beside
   it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
-  (the report's `bootstrap_ci`, 10000 resamples);
+  (the report's `bootstrap_ci`, 10000 resamples), and how many of its pairs ran on different
+  platforms (paired in name only: a seed's warm-up and training differ between CPU kinds);
 - from the trials' training curves (for the seeds results.json has), each arm's drawdown
   (``seeupo.sweep.collapse.drawdown``: the largest fall of the smoothed training success below its
   running best), against the same algorithm's clean arm like the success table;
@@ -36,7 +37,7 @@ from pathlib import Path
 from statistics import mean
 
 from seeupo.sweep.collapse import CollapseRule, drawdown
-from seeupo.sweep.report import bootstrap_ci, collect
+from seeupo.sweep.report import bootstrap_ci, collect, crossings
 
 NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
 
@@ -98,8 +99,12 @@ def diff_rows(by_algo: dict, perts: list, levels: list, of) -> list[str]:
                     row.append(f"{mean(a.values()):.3f}")
                 else:
                     d, ci, n = paired_diff(a, clean)
+                    both = set(a) & set(clean)
+                    apart = crossings(cells[(p, lv)].get("platforms", {}), cells[("clean", 0.0)].get("platforms", {}),
+                                      both)
                     row.append(f"{mean(a.values()):.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-                               + (f", n={n}" if n != len(clean) or n != len(a) else "") + ")")
+                               + (f", n={n}" if n != len(clean) or n != len(a) else "")
+                               + (f", {apart} across platforms" if apart else "") + ")")
             rows.append("| " + " | ".join(row) + " |")
     return rows
 

@@ -3,8 +3,9 @@
 Writes ``DIR/results.json``, ``DIR/report.md`` and PNGs (learning curves, the metric per arm with its
 CI, per-turn diagnostics). Per arm: seeds finished, the held-out metric after RL (mean and a
 bootstrap 95% CI over seeds), the gain over before RL, the difference from the reference arm (paired
-by seed where both have it, with its bootstrap CI), collapses (``collapse.detect_collapse``), the
-measured optimizer steps per iteration, and wall time.
+by seed where both have it, with its bootstrap CI, and how many of those pairs ran on different
+platforms), collapses (``collapse.detect_collapse``), the measured optimizer steps per iteration, and
+wall time.
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def platform_label(summary: dict) -> str:
             f"transformers {p.get('transformers')}, peft {p.get('peft')}" + (" (resumed across platforms)" if len(ps) > 1 else ""))
 
 
+def crossings(a: dict, b: dict, seeds) -> int:
+    """How many of ``seeds`` have their two trials on different platforms (``{seed: platform_label}``
+    each); a seed whose platform is not recorded on either side is not counted.
+
+    >>> crossings({0: "x", 1: "x", 2: "not recorded"}, {0: "x", 1: "y", 2: "y"}, [0, 1, 2])
+    1
+    """
+    unknown = "not recorded"
+    return sum(a.get(s, unknown) != b.get(s, unknown) and unknown not in (a.get(s, unknown), b.get(s, unknown))
+               for s in seeds)
+
+
 def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -74,6 +87,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
     """The results.json tree (see the module docstring)."""
     trials = collect(out)
     ref = {s: t["summary"]["eval_after"][metric] for s, t in trials.get(reference, {}).items()}
+    ref_where = {s: platform_label(t["summary"]) for s, t in trials.get(reference, {}).items()}
     arms = []
     for arm in [a for a in arms_order if a in trials] + sorted(set(trials) - set(arms_order)):
         ts = trials[arm]
@@ -81,6 +95,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
         after = [ts[s]["summary"]["eval_after"][metric] for s in seeds]
         before = [ts[s]["summary"]["eval_before"][metric] for s in seeds]
         paired = [ts[s]["summary"]["eval_after"][metric] - ref[s] for s in seeds if s in ref]
+        where = {s: platform_label(ts[s]["summary"]) for s in seeds}
         collapses = {s: detect_collapse(ts[s]["records"]) for s in seeds}
         trapped = [s for s in seeds if ended_in_trap(ts[s]["records"])]
         steps = [ts[s]["summary"].get("schedule", {}).get("optimizer_steps_per_iteration") for s in seeds]
@@ -94,6 +109,10 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
             "diff_vs_reference": _mean(paired) if arm != reference else 0.0,
             "diff_ci95": bootstrap_ci(paired) if arm != reference else [0.0, 0.0],
             "diff_pairs": len(paired),
+            # pairs whose two trials ran on different platforms: paired in name only (a seed's trials agree
+            # to the bit on one platform, not across CPU kinds)
+            "diff_pairs_across_platforms": (crossings(where, ref_where, [s for s in seeds if s in ref])
+                                            if arm != reference else 0),
             "collapses": sum(c is not None for c in collapses.values()),
             "collapse_reasons": {str(s): c for s, c in collapses.items() if c is not None},
             "trapped": len(trapped) if any("env/guess" in r for s in seeds for r in ts[s]["records"]) else None,
@@ -104,7 +123,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                                for s in seeds]),
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
                                   "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
-            "platforms": {str(s): platform_label(ts[s]["summary"]) for s in seeds},
+            "platforms": {str(s): where[s] for s in seeds},
         })
     out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
     if (out / "tuned.json").exists():  # tuned arms: the configuration each one's tuning chose
@@ -155,6 +174,11 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
                   "config and seed can differ between them, so a paired difference mixes that in where its two "
                   "trials ran apart; `platforms` in results.json says where each trial ran):", ""]
         lines += [f"- {w}" for w in where]
+        crossed = [f"`{a['name']}` {a['diff_pairs_across_platforms']} of {a['diff_pairs']}" for a in res["arms"]
+                   if a.get("diff_pairs_across_platforms")]
+        if crossed:
+            lines += ["", "Paired differences whose two trials of a seed ran on different platforms: "
+                      + ", ".join(crossed) + "."]
     lines += [""] + [f"![{k}]({p.name})" for k, p in plots.items()]
     reasons = [(a["name"], s, c) for a in res["arms"] for s, c in a["collapse_reasons"].items()]
     if reasons:

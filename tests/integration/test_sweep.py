@@ -426,6 +426,28 @@ def test_the_report_names_the_platforms_when_trials_ran_on_several(tmp_path):
     write(tmp_path, res)
     report = (tmp_path / "report.md").read_text()
     assert "ran on 2 platforms" in report and "- EPYC (AVX2), torch" in report and "- EPYC (AVX512)" in report
+    assert res["arms"][0]["diff_pairs_across_platforms"] == 0  # the reference is not paired with itself
     (tmp_path / "trials" / "a" / "seed-2" / "summary.json").write_text(json.dumps({**summary, "platforms": [plat]}))
     write(tmp_path, results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a"]))
     assert "platforms" not in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_counts_the_pairs_whose_trials_ran_on_different_platforms(tmp_path):
+    """Arm b's seed 1 ran on another CPU kind than the reference's seed 1: its paired difference says
+    that one of its pairs crosses platforms; seed 2's platform is not recorded, so it is not counted."""
+    plat = {"cpu": "EPYC", "cpu_capability": "AVX2", "gpu": None, "threads": 1, "python": "3.11",
+            "torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2"}
+    where = {("a", 0): "AVX2", ("a", 1): "AVX2", ("a", 2): "AVX2",
+             ("b", 0): "AVX2", ("b", 1): "AVX512", ("b", 2): None}
+    for (arm, seed), cap in where.items():
+        f = tmp_path / "trials" / arm / f"seed-{seed}"
+        f.mkdir(parents=True)
+        (f / "metrics.jsonl").write_text("")
+        s = {"eval_before": {"avg@k": 0.1}, "eval_after": {"avg@k": 0.5 + 0.1 * seed}, "wall_seconds": 60}
+        if cap:
+            s["platforms"] = [{**plat, "cpu_capability": cap}]
+        (f / "summary.json").write_text(json.dumps(s))
+    res = results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"])
+    assert [a["diff_pairs_across_platforms"] for a in res["arms"]] == [0, 1]
+    write(tmp_path, res)
+    assert "`b` 1 of 3" in (tmp_path / "report.md").read_text()

@@ -18,9 +18,11 @@ def rt():
 
 
 def arm(name, afters, collapses=0, platform="cpu A"):
+    """``platform``: one label for every seed, or a list of one per seed."""
     per_seed = {str(s): {"after": a, "before": 0.1} for s, a in enumerate(afters)}
+    where = platform if isinstance(platform, list) else [platform] * len(afters)
     return {"name": name, "n": len(afters), "mean": sum(afters) / len(afters), "collapses": collapses,
-            "trapped": None, "per_seed": per_seed, "platforms": {s: platform for s in per_seed}}
+            "trapped": None, "per_seed": per_seed, "platforms": {s: w for s, w in zip(per_seed, where)}}
 
 
 def test_each_arm_is_read_against_its_own_algorithms_clean_arm(rt, tmp_path, capsys):
@@ -61,6 +63,26 @@ def test_a_sweep_in_progress_says_how_many_seeds_each_difference_pairs(rt, tmp_p
     assert "0.600 (-0.100 [" in row and ", n=3)" in row, row  # pairs 0.4-0.5, 0.5-0.7, 0.6-0.6
     row = next(line for line in text.splitlines() if line.startswith("| seeupo | noise"))
     assert "0.400 (-0.200 [" in row and "n=" not in row.split("|")[-3], row  # all 3 seeds paired
+
+
+def test_a_difference_says_how_many_of_its_pairs_ran_on_different_platforms(rt, tmp_path, capsys):
+    """A seed's trials agree to the bit only on one platform: a pair whose two trials ran apart is
+    paired in name only, and the row counts such pairs (none: nothing said)."""
+    res = {"metric": "avg@k", "arms": [
+        arm("lookup-clean-seeupo", [0.50, 0.70, 0.60], platform=["cpu A", "cpu A", "cpu B"]),
+        arm("lookup-shaping0.5-seeupo", [0.25, 0.40, 0.45], platform=["cpu A", "cpu B", "cpu A"]),
+        arm("lookup-noise0.5-seeupo", [0.50, 0.60, 0.70], platform=["cpu A", "cpu A", "cpu B"]),
+        arm("lookup-failure0.5-seeupo", [0.10, 0.20, 0.30], platform=["cpu A", "not recorded", "cpu B"]),
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    rt.main([str(tmp_path)])
+    rows = {}  # the success table's rows: the first of each perturbation
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("| seeupo |"):
+            rows.setdefault(line.split("|")[2].strip(), line)
+    assert "(-0.233 [" in rows["shaping"] and ", 2 across platforms)" in rows["shaping"], rows["shaping"]
+    assert "across" not in rows["noise"]
+    assert "across" not in rows["failure"]  # an unrecorded platform is not counted as a crossing
 
 
 def test_arm_names_outside_the_pattern_are_refused(rt):
