@@ -12,9 +12,10 @@ For each task family this prints
   it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
   (the report's `bootstrap_ci`, 10000 resamples), and how many of its pairs ran on different
   platforms (paired in name only: a seed's warm-up and training differ between CPU kinds);
-- from the trials' training curves (for the seeds results.json has), each arm's drawdown
-  (``seeupo.sweep.collapse.drawdown``: the largest fall of the smoothed training success below its
-  running best), against the same algorithm's clean arm like the success table;
+- each arm's drawdown (``seeupo.sweep.collapse.drawdown``: the largest fall of the smoothed training
+  success below its running best; from results.json, or, for a results.json written before the report
+  gave it, from the trials' training curves for the seeds results.json has), against the same
+  algorithm's clean arm like the success table;
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
   interval (and, on `trap`, how many runs ended in the trap), and the same counts per algorithm;
 - the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
@@ -173,6 +174,16 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
     return "\n".join(out)
 
 
+def report_drawdowns(res: dict) -> dict | None:
+    """``{arm: {seed: drawdown}}`` from results.json, when its report wrote each seed's drawdown
+    (``seeupo report`` does since the drawdown became part of it; seeds without training lines left
+    out); None for an older results.json, whose drawdowns are read from the trials instead."""
+    if not all("drawdown" in v for a in res["arms"] for v in a["per_seed"].values()):
+        return None
+    return {a["name"]: {s: v["drawdown"] for s, v in a["per_seed"].items() if v["drawdown"] is not None}
+            for a in res["arms"]}
+
+
 def trial_drawdowns(trials: dict, res: dict) -> dict:
     """``{arm: {seed: drawdown}}`` of finished trials (``collect``'s tree), for the arms and seeds
     results.json has (a sweep still running may have finished more since its report); seeds as strings."""
@@ -228,7 +239,10 @@ def main(argv=None) -> None:
                  f"`seeupo report {args.sweep}` for the trials finished so far")
     res = json.loads(path.read_text())
     trials = collect(args.sweep) if (args.sweep / "trials").is_dir() else None
-    print(tables(res, trial_drawdowns(trials, res) if trials is not None else None))
+    falls = report_drawdowns(res)
+    if falls is None and trials is not None:
+        falls = trial_drawdowns(trials, res)
+    print(tables(res, falls))
     if trials is not None:
         print("\n" + breakdown_text(trials, res.get("metric", "avg@k"), args.drop, args.last))
 

@@ -4,8 +4,9 @@ Writes ``DIR/results.json``, ``DIR/report.md`` and PNGs (learning curves, the me
 CI, per-turn diagnostics). Per arm: seeds finished, the held-out metric after RL (mean and a
 bootstrap 95% CI over seeds), the gain over before RL, the difference from the reference arm (paired
 by seed where both have it, with its bootstrap CI, and how many of those pairs ran on different
-platforms), collapses (``collapse.detect_collapse``), the measured optimizer steps per iteration, and
-wall time.
+platforms), collapses (``collapse.detect_collapse``), the drawdown of the training curves
+(``collapse.drawdown``: how far from monotonic improvement), the measured optimizer steps per
+iteration, and wall time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import random
 from pathlib import Path
 
-from seeupo.sweep.collapse import detect_collapse
+from seeupo.sweep.collapse import detect_collapse, drawdown
 from seeupo.sweep.turns import pooled_summary, summary_markdown
 from seeupo.train.runlog import dumps, read_metrics
 
@@ -97,6 +98,8 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
         paired = [ts[s]["summary"]["eval_after"][metric] - ref[s] for s in seeds if s in ref]
         where = {s: platform_label(ts[s]["summary"]) for s in seeds}
         collapses = {s: detect_collapse(ts[s]["records"]) for s in seeds}
+        falls = {s: drawdown(ts[s]["records"]) for s in seeds}  # None for a run without training lines
+        fell = [x for x in falls.values() if x is not None]
         trapped = [s for s in seeds if ended_in_trap(ts[s]["records"])]
         steps = [ts[s]["summary"].get("schedule", {}).get("optimizer_steps_per_iteration") for s in seeds]
         steps = [x for x in steps if x is not None]
@@ -115,6 +118,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                                             if arm != reference else 0),
             "collapses": sum(c is not None for c in collapses.values()),
             "collapse_reasons": {str(s): c for s, c in collapses.items() if c is not None},
+            "drawdown_mean": _mean(fell), "drawdown_ci95": bootstrap_ci(fell),
             "trapped": len(trapped) if any("env/guess" in r for s in seeds for r in ts[s]["records"]) else None,
             "optimizer_steps_per_iteration": _mean(steps),
             "wall_s": sum(ts[s]["summary"]["wall_seconds"] for s in seeds),
@@ -122,7 +126,8 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
             "update_s": _mean([_mean([r["time/update_s"] for r in ts[s]["records"] if "time/update_s" in r])
                                for s in seeds]),
             "per_seed": {str(s): {"after": ts[s]["summary"]["eval_after"][metric],
-                                  "before": ts[s]["summary"]["eval_before"][metric]} for s in seeds},
+                                  "before": ts[s]["summary"]["eval_before"][metric], "drawdown": falls[s]}
+                         for s in seeds},
             "platforms": {str(s): where[s] for s in seeds},
         })
     out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
@@ -148,11 +153,13 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     lines += [f"Held-out {m} after RL per arm, mean over seeds with a bootstrap 95% CI ({N_BOOT} resamples); "
               f"the difference from `{res['reference']}` is paired by seed.", "",
               f"| arm | seeds | {m} after | 95% CI | gain over before RL | diff vs {res['reference']} | 95% CI | "
-              "collapses | optimizer steps / iteration | update (s / iteration) | wall (min, all seeds) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "collapses | drawdown | optimizer steps / iteration | update (s / iteration) | wall (min, all seeds) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in res["arms"]:
+        dd = a.get("drawdown_mean", float("nan"))
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
                      f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
+                     f"{'n/a' if dd != dd else f'{dd:.3f}'} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['update_s']:.2f} | {a['wall_s'] / 60:.1f} |")
     per_turn = [(arm, pooled_summary([t["records"] for t in trials.get(arm, {}).values()]))
                 for arm in [a["name"] for a in res["arms"]]]

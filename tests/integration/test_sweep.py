@@ -451,3 +451,30 @@ def test_the_report_counts_the_pairs_whose_trials_ran_on_different_platforms(tmp
     assert [a["diff_pairs_across_platforms"] for a in res["arms"]] == [0, 1]
     write(tmp_path, res)
     assert "`b` 1 of 3" in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_gives_each_arms_drawdown_from_its_training_curves(tmp_path):
+    """Per arm, the mean over seeds of each run's drawdown (the largest fall of its 3-iteration mean
+    training success below its running best): a run that only rises has 0; one at 0.6 that falls to 0
+    and stays has 0.6 (trailing means 0.6, 0.6, 0.6, 0.4, 0.2, 0.0)."""
+    curves = {("a", 0): [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], ("a", 1): [0.2, 0.2, 0.3, 0.3, 0.4, 0.4],
+              ("b", 0): [0.6, 0.6, 0.6, 0.0, 0.0, 0.0], ("b", 1): [0.3, 0.3, 0.3, 0.3, 0.3, 0.0]}
+    for (arm, seed), success in curves.items():
+        f = tmp_path / "trials" / arm / f"seed-{seed}"
+        f.mkdir(parents=True)
+        (f / "metrics.jsonl").write_text("".join(
+            json.dumps({"iteration": i, "reward_mean": s, "success_rate": s}) + "\n" for i, s in enumerate(success)))
+        (f / "summary.json").write_text(json.dumps(
+            {"eval_before": {"avg@k": 0.1}, "eval_after": {"avg@k": 0.5}, "wall_seconds": 60}))
+    res = results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"])
+    a, b = res["arms"]
+    assert a["drawdown_mean"] == pytest.approx(0.0)
+    # b: seed 0 falls 0.6; seed 1's trailing mean ends at (0.3 + 0.3 + 0) / 3 = 0.2, 0.1 below 0.3
+    assert b["per_seed"]["0"]["drawdown"] == pytest.approx(0.6)
+    assert b["per_seed"]["1"]["drawdown"] == pytest.approx(0.1)
+    assert b["drawdown_mean"] == pytest.approx(0.35)
+    write(tmp_path, res)
+    report = (tmp_path / "report.md").read_text()
+    assert "| drawdown |" in report
+    row = next(line for line in report.splitlines() if line.startswith("| b |"))
+    assert "| 0.350 |" in row, row

@@ -161,3 +161,18 @@ def test_the_drawdown_table_reads_each_trials_training_curve(rt, tmp_path, capsy
     # means (0 + 0.2 + 0.3) / 3 and (0.5 + 0.1333 + 0.9) / 3; seeds 1 and 2 paired: (0.3 - 0.1667) / 2
     assert row.startswith("| seeupo | shaping | 0.167 (n=3) | 0.511 (+0.067 ["), row
     assert row.endswith(", n=2) |"), row
+
+
+def test_drawdowns_come_from_results_json_when_the_report_wrote_them(rt, tmp_path, capsys):
+    """A results.json from a report that gives each seed's drawdown is read as it is: no trial folders
+    needed (and a seed without training lines, drawdown null, is left out of its arm's drawdowns)."""
+    clean, shaping = arm("lookup-clean-seeupo", [0.5, 0.6, 0.7]), arm("lookup-shaping1.0-seeupo", [0.5, 0.6, 0.7])
+    for a, dd in ((clean, [0.1, 0.2, 0.3]), (shaping, [0.4, 0.6, None])):
+        for s, d in zip(sorted(a["per_seed"]), dd):
+            a["per_seed"][s]["drawdown"] = d
+    (tmp_path / "results.json").write_text(json.dumps({"metric": "avg@k", "arms": [clean, shaping]}))
+    rt.main([str(tmp_path)])
+    text = capsys.readouterr().out.split("drawdown of the training curve", 1)[1]
+    row = next(line for line in text.splitlines() if line.startswith("| seeupo | shaping"))
+    # clean mean 0.2 over 3; shaping 0.5 over seeds 0 and 1, paired with clean's 0.1 and 0.2: +0.35
+    assert row.startswith("| seeupo | shaping | 0.200 (n=3) | 0.500 (+0.350 ["), row
