@@ -25,6 +25,9 @@ For each task family this prints
   trials' folders (``trials/ARM/seed-N/summary.json`` and ``metrics.jsonl``).
 
 Arm names follow the experiment file: FAMILY-clean-ALGO and FAMILY-PERTURBATIONLEVEL-ALGO.
+``--arms-from DIR`` takes the arms of another sweep's results.json in place of the sweep's arms of the
+same name (a clean arm trained again on the platform its perturbed arms ran on, so their pairs are
+paired in fact).
 """
 from __future__ import annotations
 
@@ -230,6 +233,9 @@ def main(argv=None) -> None:
     ap.add_argument("--drop", type=float, default=0.4,
                     help="list trials whose held-out score is more than this below their training success (0.4)")
     ap.add_argument("--last", type=int, default=3, help="training success: mean of the last N iterations (3)")
+    ap.add_argument("--arms-from", type=Path, action="append", default=[], metavar="DIR",
+                    help="another sweep's folder whose arms replace the sweep's arms of the same name (e.g. clean "
+                         "arms trained again on the platform of the perturbed ones); repeatable")
     args = ap.parse_args(argv)
     if args.last < 1:
         ap.error(f"--last must be at least 1 (got {args.last})")
@@ -239,10 +245,23 @@ def main(argv=None) -> None:
                  f"`seeupo report {args.sweep}` for the trials finished so far")
     res = json.loads(path.read_text())
     trials = collect(args.sweep) if (args.sweep / "trials").is_dir() else None
+    replaced = []
+    for other in args.arms_from:
+        if not (other / "results.json").exists():
+            sys.exit(f"{other / 'results.json'} does not exist: run `seeupo report {other}` first")
+        theirs = {a["name"]: a for a in json.loads((other / "results.json").read_text())["arms"]}
+        res["arms"] = [theirs.get(a["name"], a) for a in res["arms"]]
+        names = [a["name"] for a in res["arms"] if a["name"] in theirs]
+        replaced += [f"{n} from {other}" for n in names]
+        if trials is not None:  # their training curves too (drawdowns of an older results.json, breakdowns)
+            their_trials = collect(other) if (other / "trials").is_dir() else {}
+            trials.update({n: their_trials.get(n, {}) for n in names})
     falls = report_drawdowns(res)
     if falls is None and trials is not None:
         falls = trial_drawdowns(trials, res)
     print(tables(res, falls))
+    if replaced:
+        print("\nArms replaced by another sweep's: " + "; ".join(replaced) + ".")
     if trials is not None:
         print("\n" + breakdown_text(trials, res.get("metric", "avg@k"), args.drop, args.last))
 

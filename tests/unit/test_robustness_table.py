@@ -176,3 +176,24 @@ def test_drawdowns_come_from_results_json_when_the_report_wrote_them(rt, tmp_pat
     row = next(line for line in text.splitlines() if line.startswith("| seeupo | shaping"))
     # clean mean 0.2 over 3; shaping 0.5 over seeds 0 and 1, paired with clean's 0.1 and 0.2: +0.35
     assert row.startswith("| seeupo | shaping | 0.200 (n=3) | 0.500 (+0.350 ["), row
+
+
+def test_arms_of_another_sweep_replace_those_of_the_same_name(rt, tmp_path, capsys):
+    """--arms-from DIR: a clean arm trained again elsewhere (on the perturbed arms' platform) stands in
+    for the sweep's own, so its pairs are paired in fact; the other arms stay as they were."""
+    main, again = tmp_path / "main", tmp_path / "again"
+    main.mkdir(), again.mkdir()
+    (main / "results.json").write_text(json.dumps({"metric": "avg@k", "arms": [
+        arm("lookup-clean-grpo", [0.8, 0.8, 0.8], platform="cpu A"),
+        arm("lookup-shaping1.0-grpo", [0.5, 0.6, 0.7], platform="cpu B")]}))
+    (again / "results.json").write_text(json.dumps({"metric": "avg@k", "arms": [
+        arm("lookup-clean-grpo", [0.6, 0.6, 0.6], platform="cpu B")]}))
+    rt.main([str(main), "--arms-from", str(again)])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| grpo | shaping"))
+    assert row.startswith("| grpo | shaping | 0.600 (n=3) | 0.600 (+0.000 ["), row
+    assert "across platforms" not in row
+    assert "lookup-clean-grpo from " + str(again) in out
+    rt.main([str(main)])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| grpo | shaping"))
+    assert "(-0.200 [" in row and "3 across platforms" in row, row
