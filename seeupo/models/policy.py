@@ -326,7 +326,7 @@ class SharedPrefix:
         C, S = self.seg_ids.shape
         if S:
             if cache is not None:
-                cache.batch_select_indices(torch.zeros(C, dtype=torch.long, device=dev))
+                select_batch(cache, torch.zeros(C, dtype=torch.long, device=dev))
                 mask = mask.expand(C, -1)
             att = self.seg_att if mask is None else torch.cat([mask, self.seg_att], 1)
             pos = self.p0 + torch.arange(S, device=dev).expand(C, -1)
@@ -337,7 +337,7 @@ class SharedPrefix:
         B, T = self.suf_ids.shape
         if cache is not None:
             pick = self.cluster if S else torch.zeros(B, dtype=torch.long, device=dev)
-            cache.batch_select_indices(pick)
+            select_batch(cache, pick)
             mask = mask[pick]
         att = self.suf_att if mask is None else torch.cat([mask, self.suf_att], 1)
         pos = self.starts[self.cluster].unsqueeze(1) + torch.arange(T, device=dev)
@@ -345,6 +345,24 @@ class SharedPrefix:
                       **({kw: cache} if cache is not None else {}))
         parts.append(out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1]))
         return torch.cat(parts), (_cache_of(out) if use_cache else None), att
+
+
+def select_batch(cache, idx: torch.Tensor) -> None:
+    """``cache.batch_select_indices(idx)`` with a backward that does not depend on thread scheduling:
+    transformers' layers select with advanced indexing, whose backward accumulates a row picked
+    several times (a shared prefix, copied to each of its rows) in a thread-dependent order on the
+    CPU; ``index_select``'s accumulates in index order (the same bits as advanced indexing at one
+    thread). Layers of other kinds (extra state of their own) keep their own method."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in getattr(cache, "layers", None) or ():
+        if type(layer).batch_select_indices is not DynamicLayer.batch_select_indices:
+            layer.batch_select_indices(idx)
+        elif getattr(layer, "keys", None) is not None and layer.keys.numel():
+            layer.keys = layer.keys.index_select(0, idx)
+            layer.values = layer.values.index_select(0, idx)
+    if getattr(cache, "layers", None) is None:
+        cache.batch_select_indices(idx)
 
 
 @functools.lru_cache(maxsize=None)
@@ -386,7 +404,12 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
         index = torch.arange(B * L, device=hidden.device).reshape(B, L)
         if continuation is not None:
             cache, cache_mask = _cache_of(dec_out), attention_mask_BL
-    h = flat[index[:, :-1][sel]]  # [K, H] states that predict the scored tokens
+    # [K, H] states that predict the scored tokens. index_select, not flat[...]: with shared prefixes a
+    # position is picked by many rows, and the backward of advanced indexing (index_put_ with
+    # accumulate) sums those rows' gradients in an order that depends on thread scheduling on the CPU
+    # (two runs of one seed at 2 threads differed); index_select's backward (index_add_) sums them in
+    # index order at any thread count, and gives the same bits as advanced indexing at one thread.
+    h = flat.index_select(0, index[:, :-1][sel])
     targets = input_ids_BL[:, 1:][sel]
     logp_K, ent_K = head_logprobs(lm_head, h, targets, temperature, with_entropy=with_entropy)
     out = torch.zeros(input_ids_BL.shape, dtype=logp_K.dtype, device=logp_K.device)

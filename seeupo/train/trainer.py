@@ -7,6 +7,7 @@ and minibatch shuffles from (run seed, iteration), so a resumed run repeats the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
@@ -629,7 +630,11 @@ class Trainer:
             self._log.close()
             self.close()
         with torch.no_grad():
-            l2 = float(torch.sqrt(sum((parallel.full(p.detach()).double() ** 2).sum() for p in self.params)))
+            full = [parallel.full(p.detach()) for p in self.params]
+            l2 = float(torch.sqrt(sum((p.double() ** 2).sum() for p in full)))
+            digest = hashlib.sha256()  # the trainable parameters to the bit (float32 bytes, in order)
+            for p in full:
+                digest.update(p.float().cpu().contiguous().numpy().tobytes())
         records = read_metrics(self.out) if main else []
         summary = {
             "algorithm": cfg.algo.name, "model": cfg.model.name, "env": cfg.env.name, "seed": cfg.run.seed,
@@ -637,6 +642,7 @@ class Trainer:
             "iterations": max(cfg.run.iterations, start),
             "wall_seconds": self._wall(),
             "trainable_param_l2": l2,
+            "trainable_param_sha256": digest.hexdigest(),
             "warmup": self.state.get("warmup"),
             "platforms": self.state["platforms"],
             "nonfinite_skips": sum(r.get("nonfinite_skips", 0) for r in records if "reward_mean" in r),
