@@ -1,12 +1,19 @@
 """Tests that can fail: break each property on purpose, run the tests that name it, expect a
 failure, restore the file.
 
-    python scripts/mutation_check.py             # every mutation (about two minutes on 2 cores)
+    python scripts/mutation_check.py             # every mutation (about 40 minutes on 2 cores)
     python scripts/mutation_check.py factor      # those whose name contains "factor"
 
-Prints CAUGHT or MISSED per mutation; a MISSED line is a test that cannot fail. Each mutation names
-the exact text it replaces, so a refactor that moves that text fails here loudly (assert)."""
+First each named test selection runs on the unmutated code: it must select tests and pass (else the
+mutation is BROKEN: a failing or empty selection proves nothing). Then, per mutation:
+- STALE: its target text is not in the file exactly once (a refactor moved it): rewrite the mutation;
+- CAUGHT: the selected tests ran and at least one failed (pytest exit 1 with failures);
+- MISSED: they ran and passed: a test that cannot fail;
+- ERROR: anything else (no test selected, a collection error, pytest's own error).
+Every mutation runs, whatever the ones before it gave; the file is restored after each. The last line
+counts each outcome; the exit status is non-zero when any mutation is not CAUGHT."""
 import os
+import re
 import subprocess
 import sys
 
@@ -88,7 +95,7 @@ M = [
  # experiments (issue 15)
  ("collapse without 'staying down'", "seeupo/sweep/collapse.py", "if not b), len(below))  # below to the end", "), len(below))  # below to the end",
   "tests/unit/test_collapse.py"),
- ("bootstrap at the wrong level", "seeupo/sweep/report.py", "lo = means[int((1 - level) / 2 * n)]", "lo = means[int((1 - level) * n)]",
+ ("bootstrap at the wrong level", "seeupo/sweep/stats.py", "lo = means[int((1 - level) / 2 * n)]", "lo = means[int((1 - level) * n)]",
   "tests/unit/test_collapse.py -k bootstrap"),
  ("trap guess always right", "seeupo/envs/trap.py", "return self._end(key == d[\"ask\"] and self.coin,", "return self._end(key == d[\"ask\"],",
   "tests/unit/test_trap.py"),
@@ -110,7 +117,7 @@ M = [
  ("a pre-filled prompt spread to the wrong rows", "seeupo/rollout/sampler.py", "spread = torch.tensor([where[first_of[k]] for k in keys], device=dev)",
   "spread = torch.tensor([where[first_of[k]] for k in keys][::-1], device=dev)", "tests/integration/test_rollout.py -k groups"),
  # buckets:B (tests/integration/test_reference.py)
- ("a bucket trained as per-turn rows", "seeupo/train/update.py", "        segment = segmented and len(phase) > 1\n", "        segment = False\n",
+ ("a bucket trained as per-turn rows", "seeupo/train/update.py", "for k, phase in enumerate(phases) if segmented and len(phase) > 1}", "for k, phase in enumerate(phases) if False}",
   "tests/integration/test_reference.py -k buckets"),
  ("a bucket's continuation scores only its last turn", "seeupo/train/update.py", "torch.isin(prev.token_turn[j, a:b], torch.tensor(prev_turns)).long()",
   "(prev.token_turn[j, a:b] == prev_turns[-1]).long()", "tests/integration/test_reference.py -k buckets"),
@@ -174,17 +181,68 @@ M = [
   "                pass\n", "tests/integration/test_sweep.py -k cli_counts"),
  ("buckets: segment anchor mask not trimmed to its width", "seeupo/train/update.py", "            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",
   "            ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))", "tests/integration/test_driver.py -k four_turns"),
+ # evidence (issue 32)
+ ("shared prefixes gathered by advanced indexing (thread-dependent backward)", "seeupo/models/policy.py",
+  "    h = flat.index_select(0, index[:, :-1][sel])", "    h = flat[index[:, :-1][sel]]",
+  "tests/integration/test_determinism.py"),
+ ("t interval with the normal quantile", "seeupo/sweep/stats.py", "half = float(t.ppf((1 + level) / 2, n - 1))", "half = float(t.ppf((1 + level) / 2, 10 ** 6))",
+  "tests/unit/test_stats.py -k 'covers or by_hand'"),
+ ("sign-flip test one-sided", "seeupo/sweep/stats.py", 'alternative="two-sided"', 'alternative="greater"',
+  "tests/unit/test_stats.py -k sign_flip"),
+ ("Holm without the step-down maximum", "seeupo/sweep/stats.py", "running = max(running, min(1.0, (m - k) * ps[i]))", "running = min(1.0, (m - k) * ps[i])",
+  "tests/unit/test_stats.py -k holm"),
+ ("detectable difference at any n", "seeupo/sweep/stats.py", "if n < 2 or min_p(n) > alpha:", "if n < 2:",
+  "tests/unit/test_stats.py -k detectable"),
+ ("report: p_holm left unadjusted", "seeupo/sweep/report.py", 'for a, ph in zip(others, holm([a["p"] for a in others])):', 'for a, ph in zip(others, [a["p"] for a in others]):',
+  "tests/integration/test_sweep.py -k holm"),
 ]
-only = sys.argv[1:]
-for name, path, old, new, tests in M:
-    if only and not any(o in name for o in only):
-        continue
-    src = open(path).read()
-    assert src.count(old) == 1, (name, src.count(old))
-    open(path, "w").write(src.replace(old, new))
-    try:
-        r = subprocess.run(f"OMP_NUM_THREADS=1 {sys.executable} -m pytest -q -x -n 0 {tests}", shell=True, capture_output=True, text=True)
-        last = [l for l in r.stdout.splitlines() if "passed" in l or "failed" in l or "error" in l][-1:]
-        print(f"{'CAUGHT' if r.returncode != 0 else 'MISSED'}  {name}: {last}", flush=True)
-    finally:
-        open(path, "w").write(src)
+
+
+def pytest(tests: str) -> tuple[int, str, dict]:
+    """Run a selection in one process at one thread: (exit code, summary line, counts)."""
+    r = subprocess.run(f"OMP_NUM_THREADS=1 {sys.executable} -m pytest -q -x -n 0 -p no:cacheprovider {tests}",
+                       shell=True, capture_output=True, text=True)
+    lines = [x for x in r.stdout.splitlines() if re.search(r"\b(passed|failed|error|errors|no tests ran|deselected)\b", x)]
+    last = lines[-1].strip("= ") if lines else (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", last)}
+    return r.returncode, last, counts
+
+
+def outcome(rc: int, counts: dict) -> str:
+    """CAUGHT only when tests ran and one failed; MISSED when they ran and passed."""
+    if rc == 1 and counts.get("failed", 0) > 0:
+        return "CAUGHT"
+    if rc == 0 and counts.get("passed", 0) > 0:
+        return "MISSED"
+    return "ERROR"
+
+
+def main(only: list[str]) -> int:
+    chosen = [m for m in M if not only or any(o in m[0] for o in only)]
+    baseline: dict[str, tuple[int, str, dict]] = {}
+    tally = {"CAUGHT": 0, "MISSED": 0, "STALE": 0, "ERROR": 0, "BROKEN": 0}
+    for i, (name, path, old, new, tests) in enumerate(chosen, 1):
+        src = open(path).read()
+        if src.count(old) != 1:
+            status, detail = "STALE", f"target found {src.count(old)} times in {path}"
+        else:
+            if tests not in baseline:
+                baseline[tests] = pytest(tests)
+            rc, last, counts = baseline[tests]
+            if rc != 0 or not counts.get("passed"):
+                status, detail = "BROKEN", f"unmutated: {last}"
+            else:
+                open(path, "w").write(src.replace(old, new))
+                try:
+                    rc, last, counts = pytest(tests)
+                finally:
+                    open(path, "w").write(src)
+                status, detail = outcome(rc, counts), last
+        tally[status] += 1
+        print(f"{i:3d}/{len(chosen)} {status:6s} {name}: {detail}", flush=True)
+    print(" / ".join(f"{k} {v}" for k, v in tally.items()) + f" of {len(chosen)} mutations", flush=True)
+    return 0 if tally["CAUGHT"] == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

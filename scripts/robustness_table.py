@@ -9,9 +9,11 @@ The sweep report compares every arm with one reference (SeeUPO on clean `lookup`
 of the experiment is how far each algorithm falls from its *own* clean arm as a perturbation grows.
 For each task family this prints
 - held-out success after RL per algorithm, perturbation and level: the mean over seeds, and beside
-  it the difference from the same algorithm's clean arm, paired by seed, with a bootstrap 95% CI
-  (the report's `bootstrap_ci`, 10000 resamples), and how many of its pairs ran on different
-  platforms (paired in name only: a seed's warm-up and training differ between CPU kinds);
+  it the difference from the same algorithm's clean arm, paired by seed, with Student's t 95% interval
+  and the exact sign-flip p-value adjusted by Holm across every such contrast of the experiment
+  (both families, every algorithm, perturbation and level; ``seeupo.sweep.stats``), and how many of
+  its pairs ran on different platforms (paired in name only: a seed's warm-up and training differ
+  between CPU kinds);
 - each arm's drawdown (``seeupo.sweep.collapse.drawdown``: the largest fall of the smoothed training
   success below its running best; from results.json, or, for a results.json written before the report
   gave it, from the trials' training curves for the seeds results.json has), against the same
@@ -41,7 +43,8 @@ from pathlib import Path
 from statistics import mean
 
 from seeupo.sweep.collapse import CollapseRule, drawdown
-from seeupo.sweep.report import bootstrap_ci, collect, crossings
+from seeupo.sweep.report import collect, crossings
+from seeupo.sweep.stats import contrast, holm
 
 NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
 
@@ -74,11 +77,10 @@ def wilson(k: int, n: int, z: float = 1.959964) -> list[float]:
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def paired_diff(arm: dict, clean: dict) -> tuple[float, list[float], int]:
-    """Mean and bootstrap CI of arm - clean (per-seed values ``{seed: x}``) over the seeds both have."""
+def paired_diff(arm: dict, clean: dict) -> dict:
+    """``stats.contrast`` of arm - clean (per-seed values ``{seed: x}``) over the seeds both have."""
     seeds = sorted(set(arm) & set(clean), key=int)
-    d = [arm[s] - clean[s] for s in seeds]
-    return (sum(d) / len(d) if d else float("nan")), bootstrap_ci(d), len(d)
+    return contrast([arm[s] - clean[s] for s in seeds])
 
 
 def level_header(levels: list) -> list[str]:
@@ -87,9 +89,25 @@ def level_header(levels: list) -> list[str]:
             "|---|---|---|" + "---|" * len(levels)]
 
 
-def diff_rows(by_algo: dict, perts: list, levels: list, of) -> list[str]:
+def contrasts(grid: dict, of) -> dict:
+    """Every perturbed arm against its algorithm's clean arm, ``{(family, algo, perturbation, level):
+    contrast}``, with ``p_holm`` adjusted across all of them (one experiment, one family of tests)."""
+    out = {}
+    for fam, by_algo in grid.items():
+        for algo, cells in by_algo.items():
+            clean = of(cells[("clean", 0.0)]) if ("clean", 0.0) in cells else None
+            for key, a in cells.items():
+                if key != ("clean", 0.0) and clean and of(a):
+                    out[(fam, algo, *key)] = paired_diff(of(a), clean)
+    keys = list(out)
+    for k, ph in zip(keys, holm([out[k]["p"] for k in keys])):
+        out[k]["p_holm"] = ph
+    return out
+
+
+def diff_rows(fam: str, by_algo: dict, perts: list, levels: list, of, tests: dict) -> list[str]:
     """Rows algorithm x perturbation: per level the mean over seeds of ``of(arm)`` (``{seed: x}``) and
-    its paired difference from the same algorithm's clean arm with the bootstrap CI."""
+    its paired difference from the same algorithm's clean arm (``tests``, from ``contrasts``)."""
     rows = []
     for algo, cells in by_algo.items():
         clean = of(cells[("clean", 0.0)]) if ("clean", 0.0) in cells else None
@@ -102,15 +120,22 @@ def diff_rows(by_algo: dict, perts: list, levels: list, of) -> list[str]:
                 elif not clean:
                     row.append(f"{mean(a.values()):.3f}")
                 else:
-                    d, ci, n = paired_diff(a, clean)
+                    c = tests[(fam, algo, p, lv)]
+                    ci, n = c["diff_ci95"], c["pairs"]
                     both = set(a) & set(clean)
                     apart = crossings(cells[(p, lv)].get("platforms", {}), cells[("clean", 0.0)].get("platforms", {}),
                                       both)
-                    row.append(f"{mean(a.values()):.3f} ({d:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+                    sig = "**" if c["p_holm"] < 0.05 else ""
+                    row.append(f"{mean(a.values()):.3f} ({sig}{c['diff']:+.3f}{sig} [{ci[0]:+.3f}, {ci[1]:+.3f}], "
+                               f"p {c['p']:.3f}, p_holm {c['p_holm']:.2f}"
                                + (f", n={n}" if n != len(clean) or n != len(a) else "")
                                + (f", {apart} across platforms" if apart else "") + ")")
             rows.append("| " + " | ".join(row) + " |")
     return rows
+
+
+def _after(a: dict) -> dict:
+    return {s: v["after"] for s, v in a["per_seed"].items()}
 
 
 def tables(res: dict, drawdowns: dict | None = None) -> str:
@@ -121,23 +146,30 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
     for name, a in arms.items():
         fam, what, level, algo = parse(name)
         grid.setdefault(fam, {}).setdefault(algo, {})[(what, level)] = a
-    out = []
+    success = contrasts(grid, _after)
+    falls = contrasts(grid, lambda a: drawdowns.get(a["name"], {})) if drawdowns is not None else {}
+    m = len(success)
+    out = [f"Each paired difference: mean over seeds, Student's t 95% interval, the exact sign-flip p-value and "
+           f"that p-value adjusted by Holm across all {m} success contrasts of the experiment (the drawdown table: "
+           f"across its {len(falls)}). In bold where p_holm < 0.05; {sum(c['p_holm'] < 0.05 for c in success.values())} "
+           f"success and {sum(c['p_holm'] < 0.05 for c in falls.values())} drawdown contrasts are. At 8 seeds the "
+           f"smallest p-value the exact test can give is 2/256 = 0.0078, which Holm multiplies by up to {m}.\n"]
     for fam, by_algo in grid.items():
         perts = sorted({w for algo in by_algo.values() for (w, _) in algo if w != "clean"})
         levels = sorted({lv for algo in by_algo.values() for (w, lv) in algo if w != "clean"})
         out.append(f"**{fam}**: held-out {res.get('metric', 'avg@k')} after RL, mean over seeds; in brackets the "
-                   "difference from the same algorithm's clean arm, paired by seed, with its bootstrap 95% CI (and the "
-                   "number of seeds paired when that is not all of both arms' seeds).\n")
+                   "difference from the same algorithm's clean arm, paired by seed, with its t 95% CI, p and p_holm "
+                   "(and the number of seeds paired when that is not all of both arms' seeds).\n")
         out += level_header(levels)
-        out += diff_rows(by_algo, perts, levels, lambda a: {s: v["after"] for s, v in a["per_seed"].items()})
+        out += diff_rows(fam, by_algo, perts, levels, _after, success)
         if drawdowns is not None:
             out.append("")
             out.append(f"**{fam}**: drawdown of the training curve (the largest fall of the {CollapseRule.window}-iteration "
                        "mean of training success below its running best, `seeupo.sweep.collapse.drawdown`; 0 for a run that "
                        "never fell), mean over seeds; in brackets the difference from the same algorithm's clean arm, "
-                       "paired by seed, with its bootstrap 95% CI.\n")
+                       "paired by seed, with its t 95% CI, p and p_holm.\n")
             out += level_header(levels)
-            out += diff_rows(by_algo, perts, levels, lambda a: drawdowns.get(a["name"], {}))
+            out += diff_rows(fam, by_algo, perts, levels, lambda a: drawdowns.get(a["name"], {}), falls)
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
         out.append(f"**{fam}**: collapse frequency (runs flagged by the sweep's collapse detector, "

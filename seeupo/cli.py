@@ -589,15 +589,17 @@ def _report(out: Path) -> None:
                   arms_order=[*exp["arms"], *((exp.get("tune") or {}).get("arms") or {})])
     paths = write(out, res, title=f"{exp['name']}{' (quick)' if meta['quick'] else ''}: {exp['description']}",
                   command=meta["command"])
-    t = Table(title=f"{exp['name']}: held-out {exp['metric']} after RL (bootstrap 95% CI over seeds)")
-    for c in ("arm", "seeds", "mean", "95% CI", "gain", f"diff vs {exp['reference']}", "95% CI", "collapses",
+    t = Table(title=f"{exp['name']}: held-out {exp['metric']} after RL (t 95% CI over seeds; paired difference, "
+                    "exact sign-flip p, Holm-adjusted across the arms)")
+    for c in ("arm", "seeds", "mean", "95% CI", "gain", f"diff vs {exp['reference']}", "95% CI", "p_holm", "collapses",
               "drawdown"):
         t.add_column(c)
     for a in res["arms"]:
         dd = a.get("drawdown_mean", float("nan"))
         t.add_row(a["name"], str(a["n"]), f"{a['mean']:.3f}", f"[{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]",
                   f"{a['gain_mean']:+.3f}", f"{a['diff_vs_reference']:+.3f}",
-                  f"[{a['diff_ci95'][0]:+.3f}, {a['diff_ci95'][1]:+.3f}]", str(a["collapses"]),
+                  f"[{a['diff_ci95'][0]:+.3f}, {a['diff_ci95'][1]:+.3f}]",
+                  "-" if a.get("p_holm") is None or a["p_holm"] != a["p_holm"] else f"{a['p_holm']:.3f}", str(a["collapses"]),
                   "n/a" if dd != dd else f"{dd:.3f}")
     console.print(t)
     console.print(f"wrote {paths['json']}, {paths['md']} and {len(paths) - 2} plot(s)")

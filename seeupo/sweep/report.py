@@ -1,9 +1,11 @@
-"""``seeupo report DIR``: the results of a sweep's trials, with bootstrap confidence intervals.
+"""``seeupo report DIR``: the results of a sweep's trials, with intervals and tests over seeds.
 
 Writes ``DIR/results.json``, ``DIR/report.md`` and PNGs (learning curves, the metric per arm with its
-CI, per-turn diagnostics). Per arm: seeds finished, the held-out metric after RL (mean and a
-bootstrap 95% CI over seeds), the gain over before RL, the difference from the reference arm (paired
-by seed where both have it, with its bootstrap CI, and how many of those pairs ran on different
+CI, per-turn diagnostics). Per arm: seeds finished, the held-out metric after RL (mean and Student's
+t 95% interval over seeds, ``seeupo.sweep.stats``), the gain over before RL, the difference from the
+reference arm (paired by seed where both have it, with its t interval, the exact sign-flip p-value
+``p``, ``p_holm`` adjusted by Holm across every non-reference arm of the experiment, the smallest
+difference the experiment could have detected, and how many of those pairs ran on different
 platforms), collapses (``collapse.detect_collapse``), the drawdown of the training curves
 (``collapse.drawdown``: how far from monotonic improvement), the measured optimizer steps per
 iteration, and wall time.
@@ -12,31 +14,18 @@ iteration, and wall time.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 from seeupo.sweep.collapse import detect_collapse, drawdown
+from seeupo.sweep.stats import bootstrap_ci, contrast, holm, t_interval  # noqa: F401 (bootstrap_ci: re-exported)
 from seeupo.sweep.turns import pooled_summary, summary_markdown
 from seeupo.train.runlog import dumps, read_metrics
 
-N_BOOT = 10_000
-
-
-def bootstrap_ci(xs: list[float], *, n: int = N_BOOT, seed: int = 0, level: float = 0.95) -> list[float]:
-    """Percentile bootstrap CI of the mean of ``xs`` (resampled with replacement ``n`` times, seeded).
-    One value: [x, x]; none: [nan, nan].
-
-    >>> bootstrap_ci([1.0, 1.0, 1.0])
-    [1.0, 1.0]
-    """
-    if not xs:
-        return [float("nan"), float("nan")]
-    rng = random.Random(seed)
-    k = len(xs)
-    means = sorted(sum(xs[rng.randrange(k)] for _ in range(k)) / k for _ in range(n))
-    lo = means[int((1 - level) / 2 * n)]
-    hi = means[min(n - 1, int((1 + level) / 2 * n))]
-    return [lo, hi]
+STATISTICS = ("mean and ci95: Student's t 95% interval over seeds; diff_ci95: t interval of the paired "
+              "differences; p: exact two-sided paired sign-flip test; p_holm: Holm-adjusted across the "
+              "experiment's non-reference arms; detectable: the smallest mean difference detected with 80% "
+              "power at the 5% level at this n and spread (null where the exact test cannot reach 0.05: "
+              "5 pairs or fewer). seeupo.sweep.stats")
 
 
 def ended_in_trap(records: list[dict], last: int = 5) -> bool:
@@ -103,14 +92,18 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
         trapped = [s for s in seeds if ended_in_trap(ts[s]["records"])]
         steps = [ts[s]["summary"].get("schedule", {}).get("optimizer_steps_per_iteration") for s in seeds]
         steps = [x for x in steps if x is not None]
+        c = contrast(paired)
         arms.append({
             "name": arm, "n": len(seeds), "seeds": seeds,
-            "mean": _mean(after), "ci95": bootstrap_ci(after),
+            "mean": _mean(after), "ci95": t_interval(after),
             "gain_mean": _mean([a - b for a, b in zip(after, before)]),
-            "gain_ci95": bootstrap_ci([a - b for a, b in zip(after, before)]),
+            "gain_ci95": t_interval([a - b for a, b in zip(after, before)]),
             "before_mean": _mean(before),
             "diff_vs_reference": _mean(paired) if arm != reference else 0.0,
-            "diff_ci95": bootstrap_ci(paired) if arm != reference else [0.0, 0.0],
+            "diff_ci95": c["diff_ci95"] if arm != reference else [0.0, 0.0],
+            # the exact paired sign-flip test against the reference; p_holm is filled in below, across arms
+            "p": c["p"] if arm != reference else None, "p_holm": None,
+            "detectable": c["detectable"] if arm != reference else None,
             "diff_pairs": len(paired),
             # pairs whose two trials ran on different platforms: paired in name only (a seed's trials agree
             # to the bit on one platform, not across CPU kinds)
@@ -118,7 +111,7 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                                             if arm != reference else 0),
             "collapses": sum(c is not None for c in collapses.values()),
             "collapse_reasons": {str(s): c for s, c in collapses.items() if c is not None},
-            "drawdown_mean": _mean(fell), "drawdown_ci95": bootstrap_ci(fell),
+            "drawdown_mean": _mean(fell), "drawdown_ci95": t_interval(fell),
             "trapped": len(trapped) if any("env/guess" in r for s in seeds for r in ts[s]["records"]) else None,
             "optimizer_steps_per_iteration": _mean(steps),
             "wall_s": sum(ts[s]["summary"]["wall_seconds"] for s in seeds),
@@ -130,7 +123,12 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                          for s in seeds},
             "platforms": {str(s): where[s] for s in seeds},
         })
-    out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms}
+    # Holm across the experiment's contrasts (every arm against the reference)
+    others = [a for a in arms if a["name"] != reference]
+    for a, ph in zip(others, holm([a["p"] for a in others])):
+        a["p_holm"] = ph
+    out_tree = {"experiment": experiment, "metric": metric, "reference": reference, "arms": arms,
+                "statistics": STATISTICS}
     if (out / "tuned.json").exists():  # tuned arms: the configuration each one's tuning chose
         out_tree["tuned"] = json.loads((out / "tuned.json").read_text())
     return out_tree
@@ -138,6 +136,10 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
 
 def _fmt_ci(ci) -> str:
     return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci[0] == ci[0] else "n/a"
+
+
+def _fmt_p(p) -> str:
+    return "-" if p is None or p != p else f"{p:.3f}"
 
 
 def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[str, Path]:
@@ -150,15 +152,19 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     lines = [f"# {title or res['experiment']}", ""]
     if command:
         lines += [f"Made by `{command}`.", ""]
-    lines += [f"Held-out {m} after RL per arm, mean over seeds with a bootstrap 95% CI ({N_BOOT} resamples); "
-              f"the difference from `{res['reference']}` is paired by seed.", "",
-              f"| arm | seeds | {m} after | 95% CI | gain over before RL | diff vs {res['reference']} | 95% CI | "
-              "collapses | drawdown | optimizer steps / iteration | update (s / iteration) | wall (min, all seeds) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"Held-out {m} after RL per arm, mean over seeds with Student's t 95% interval; the difference from "
+              f"`{res['reference']}` is paired by seed, with its t interval, the exact sign-flip p-value, that "
+              "p-value adjusted by Holm across every arm of this table (p_holm), and the smallest difference the "
+              "experiment would have detected with 80% power (detectable; '-' where the exact test cannot reach 0.05 "
+              "at this many seeds). Say two arms differ only where p_holm < 0.05.", "",
+              f"| arm | seeds | {m} after | 95% CI | gain over before RL | diff vs {res['reference']} | 95% CI | p | p_holm | "
+              "detectable | collapses | drawdown | optimizer steps / iteration | update (s / iteration) | wall (min, all seeds) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in res["arms"]:
         dd = a.get("drawdown_mean", float("nan"))
         lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_fmt_ci(a['ci95'])} | {a['gain_mean']:+.3f} | "
-                     f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {a['collapses']} | "
+                     f"{a['diff_vs_reference']:+.3f} | {_fmt_ci(a['diff_ci95'])} | {_fmt_p(a.get('p'))} | "
+                     f"{_fmt_p(a.get('p_holm'))} | {_fmt_p(a.get('detectable'))} | {a['collapses']} | "
                      f"{'n/a' if dd != dd else f'{dd:.3f}'} | "
                      f"{a['optimizer_steps_per_iteration']:.1f} | {a['update_s']:.2f} | {a['wall_s'] / 60:.1f} |")
     per_turn = [(arm, pooled_summary([t["records"] for t in trials.get(arm, {}).values()]))

@@ -478,3 +478,39 @@ def test_the_report_gives_each_arms_drawdown_from_its_training_curves(tmp_path):
     assert "| drawdown |" in report
     row = next(line for line in report.splitlines() if line.startswith("| b |"))
     assert "| 0.350 |" in row, row
+
+
+def test_the_report_tests_each_arm_against_the_reference_with_holm(tmp_path):
+    """p: the exact sign-flip p-value of each arm's paired differences (enumerated by hand in
+    tests/unit/test_stats.py); p_holm: Holm across the three non-reference arms; detectable: None at
+    four pairs (the exact test cannot reach 0.05), the t formula at eight."""
+    import math
+
+    base = [0.2, 0.3, 0.4, 0.5, 0.25, 0.35, 0.45, 0.55]
+    shifts = {"b": [0.3, 0.1, -0.05, 0.2], "c": [0.4, 0.3, 0.2, 0.1], "d": [0.2, 0.1, 0.3, 0.2, 0.25, 0.15, 0.2, 0.3]}
+    arms = {"a": base, **{k: [x + dx for x, dx in zip(base, v)] for k, v in shifts.items()}}
+    for arm, values in arms.items():
+        for seed, v in enumerate(values):
+            f = tmp_path / "trials" / arm / f"seed-{seed}"
+            f.mkdir(parents=True)
+            (f / "metrics.jsonl").write_text("")
+            (f / "summary.json").write_text(json.dumps(
+                {"eval_before": {"avg@k": 0.1}, "eval_after": {"avg@k": v}, "wall_seconds": 60}))
+    res = results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=list(arms))
+    by = {a["name"]: a for a in res["arms"]}
+    assert by["a"]["p"] is None and by["a"]["p_holm"] is None
+    assert by["b"]["p"] == pytest.approx(4 / 16) and by["c"]["p"] == pytest.approx(2 / 16)
+    assert by["d"]["p"] == pytest.approx(2 / 256)
+    # sorted p: d 2/256 x 3, c 2/16 x 2, b 4/16 x 1, made non-decreasing
+    assert by["d"]["p_holm"] == pytest.approx(6 / 256)
+    assert by["c"]["p_holm"] == pytest.approx(0.25) and by["b"]["p_holm"] == pytest.approx(0.25)
+    assert by["b"]["detectable"] is None and by["c"]["detectable"] is None
+    d = shifts["d"]
+    sd = math.sqrt(sum((x - sum(d) / 8) ** 2 for x in d) / 7)
+    assert by["d"]["detectable"] == pytest.approx((2.364624 + 0.896030) * sd / math.sqrt(8), rel=1e-5)
+    # the t interval of the paired differences: mean 0.2125 +- t_{0.975, 7} sd / sqrt(8)
+    assert by["d"]["diff_ci95"] == pytest.approx([0.2125 - 2.364624 * sd / math.sqrt(8),
+                                                   0.2125 + 2.364624 * sd / math.sqrt(8)], rel=1e-5)
+    write(tmp_path, res)
+    row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| d |"))
+    assert "| 0.008 | 0.023 |" in row, row
