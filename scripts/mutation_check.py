@@ -195,6 +195,10 @@ M = [
   "tests/unit/test_stats.py -k detectable"),
  ("report: p_holm left unadjusted", "seeupo/sweep/report.py", 'for a, ph in zip(others, holm([a["p"] for a in others])):', 'for a, ph in zip(others, [a["p"] for a in others]):',
   "tests/integration/test_sweep.py -k holm"),
+ ("a published table's digit changed by hand", "docs/experiments.md", "| seeupo-buckets1 | 8 | 0.281 |", "| seeupo-buckets1 | 8 | 0.282 |",
+  "tests/integration/test_claims.py -k published"),
+ ("a finding called a difference without Holm", "scripts/claims.py", "{verdict(c).split(' (')[0].split(' by')[0]}", "{'lower' if c['diff'] < 0 else 'higher'}",
+  "tests/integration/test_claims.py -k holm"),
 ]
 
 

@@ -1,0 +1,281 @@
+"""Every published table, written from the committed records (issue 32).
+
+    .venv/bin/python scripts/claims.py --write   # rewrite every generated block in README.md and docs/
+    .venv/bin/python scripts/claims.py --check   # exit 1 and show the difference where a block is stale
+
+A generated block sits between two markers in a markdown file:
+
+    <!-- claims:KIND:ARGS -->
+    ...written by this script, never by hand...
+    <!-- /claims:KIND:ARGS -->
+
+Kinds:
+- ``arms:EXPERIMENT`` — the experiment's per-arm table from its records in ``results/EXPERIMENT``
+  (restored into a temporary sweep folder, then ``seeupo.sweep.report.results``): seeds, metric after
+  RL with Student's t interval, gain, the paired difference from the reference with its interval,
+  the exact sign-flip p-value, Holm's p_holm across the experiment's arms, the detectable difference,
+  collapses, drawdown;
+- ``robustness`` / ``robustness-onecpu`` — ``scripts/robustness_table.py``'s tables of ``results/
+  robustness`` (the second with the arms of ``results/robustness_intel`` in place of the same-named
+  arms: every ``lookup`` pair on one CPU kind);
+- ``coverage`` — ``scripts/coverage.py``'s simulation (seeded);
+- ``findings`` — the README's table of main findings: chosen contrasts from the records, each with its
+  interval, p_holm and the word the statistics allow ("higher"/"lower" only where p_holm < 0.05).
+
+``tests/integration/test_claims.py`` runs ``--check`` on a clean checkout: a changed digit in a block,
+or a record that no longer gives it, fails the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import functools
+import importlib.util
+import io
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- claims:(?P<spec>[^ ]+) -->\n)(?P<body>.*?)(<!-- /claims:(?P=spec) -->)", re.S)
+_TMP = tempfile.TemporaryDirectory(prefix="seeupo-claims-")
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"claims_{name}", ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@functools.lru_cache(maxsize=None)
+def experiment_path(name: str) -> str:
+    """A shipped experiment's name, or the YAML file under scripts/ that defines it."""
+    local = ROOT / "scripts" / f"{name}.yaml"
+    return str(local) if local.exists() else name
+
+
+@functools.lru_cache(maxsize=None)
+def sweep_folder(name: str) -> Path:
+    """The experiment's records restored into a temporary sweep folder (once per process)."""
+    from seeupo.sweep import records
+    from seeupo.sweep.engine import SweepSpec
+    from seeupo.sweep.experiment import load_experiment
+
+    if not (RESULTS / name).is_dir():
+        raise SystemExit(f"no records for {name!r}: results/{name}/ does not exist")
+    exp = load_experiment(experiment_path(name))
+    out = Path(_TMP.name) / name
+    out.mkdir(parents=True, exist_ok=True)
+    counts = records.restore(SweepSpec(exp, out, quick=False), RESULTS / name)
+    if not counts["restored"]:
+        raise SystemExit(f"results/{name}/ restored no trial ({counts})")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def results(name: str) -> dict:
+    """An experiment's results.json tree from its records; ``robustness-onecpu``: `robustness`'s
+    `lookup` arms with those of `robustness_intel` in place of the same-named ones (one CPU kind)."""
+    if name == "robustness-onecpu":
+        import json
+
+        theirs = {a["name"]: a for a in results("robustness_intel")["arms"]}
+        res = json.loads(json.dumps(results("robustness")))
+        res["arms"] = [theirs.get(a["name"], a) for a in res["arms"] if a["name"].startswith("lookup-")]
+        return res
+    from seeupo.sweep.experiment import load_experiment
+    from seeupo.sweep.report import results as report_results
+
+    exp = load_experiment(experiment_path(name))
+    return report_results(sweep_folder(name), experiment=exp.name, metric=exp.metric, reference=exp.reference,
+                          arms_order=[*exp.arms, *((exp.tune.arms if exp.tune else {}) or {})])
+
+
+def _ci(ci) -> str:
+    return "-" if ci[0] != ci[0] else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def _p(p) -> str:
+    return "-" if p is None or p != p else f"{p:.3f}"
+
+
+def arms_table(name: str) -> str:
+    res = results(name)
+    ref = res["reference"]
+    lines = [f"| arm | seeds | {res['metric']} after | 95% CI | gain | diff vs {ref} | 95% CI | p | p_holm | "
+             "detectable | collapses | drawdown |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a in res["arms"]:
+        is_ref = a["name"] == ref
+        dd = a.get("drawdown_mean", float("nan"))
+        diff = "(reference)" if is_ref else f"{a['diff_vs_reference']:+.3f}"
+        det = "-" if a.get("detectable") is None else f"{a['detectable']:.3f}"
+        lines.append(f"| {a['name']} | {a['n']} | {a['mean']:.3f} | {_ci(a['ci95']).replace('+', '')} | "
+                     f"{a['gain_mean']:+.3f} | {diff} | {'' if is_ref else _ci(a['diff_ci95'])} | {_p(a.get('p'))} | "
+                     f"{_p(a.get('p_holm'))} | {det} | {a['collapses']} | {'-' if dd != dd else f'{dd:.3f}'} |")
+    detected = [a["name"] for a in res["arms"] if a.get("p_holm") is not None and a["p_holm"] < 0.05]
+    lines += ["", f"Records: `results/{name}/` ({sum(a['n'] for a in res['arms'])} trials). Differences detected "
+              f"(p_holm < 0.05): {', '.join(detected) if detected else 'none'}."]
+    return "\n".join(lines)
+
+
+def robustness(one_cpu: bool) -> str:
+    import json
+
+    rt = _script("robustness_table")
+    res = json.loads(json.dumps(results("robustness-onecpu" if one_cpu else "robustness")))
+    return rt.tables(res, rt.report_drawdowns(res)).rstrip()
+
+
+def coverage() -> str:
+    cov = _script("coverage")
+    return cov.table(cov.coverage(2000), 2000)
+
+
+def _contrast(name: str, arm: str, base: str) -> dict:
+    """Paired ``arm - base`` of an experiment's records, with p_holm across that experiment's arms
+    against its reference when ``base`` is the reference, else across the experiment's contrasts as
+    ``robustness_table`` defines them (each arm against its own clean arm)."""
+    res = results(name)
+    by = {a["name"]: a for a in res["arms"]}
+    if base == res["reference"] and not name.startswith("robustness"):
+        a = by[arm]
+        return {"diff": a["diff_vs_reference"], "diff_ci95": a["diff_ci95"], "p": a["p"], "p_holm": a["p_holm"],
+                "pairs": a["diff_pairs"], "m": len(res["arms"]) - 1}
+    rt = _script("robustness_table")
+    grid: dict = {}
+    for n, a in by.items():
+        fam, what, level, algo = rt.parse(n)
+        grid.setdefault(fam, {}).setdefault(algo, {})[(what, level)] = a
+    tests = rt.contrasts(grid, rt._after)
+    key = (*rt.parse(arm)[:1], rt.parse(arm)[3], *rt.parse(arm)[1:3])
+    if base != f"{key[0]}-clean-{key[1]}":
+        raise SystemExit(f"{name}: {arm} is contrasted with its own clean arm, not {base}")
+    return {**tests[key], "m": len(tests)}
+
+
+FINDINGS = [
+    # (question, experiment, arm, against)
+    ("Training only the last turn, against every turn (SeeUPO, `lookup`)", "turns", "seeupo-last1", "seeupo-all"),
+    ("GRPO against SeeUPO, every turn trained (`lookup`)", "turns", "grpo-all", "seeupo-all"),
+    ("One bucketed phase against the exact reverse schedule (2-3 turns)", "cost", "seeupo-buckets1", "seeupo-reverse"),
+    ("GRPO against the exact reverse schedule (2-3 turns)", "cost", "grpo", "seeupo-reverse"),
+    ("A tool that always fails, SeeUPO (`lookup`, one CPU kind)", "robustness-onecpu", "lookup-failure1.0-seeupo",
+     "lookup-clean-seeupo"),
+    ("Intermediate reward 1.0, GRPO (`lookup`, one CPU kind)", "robustness-onecpu", "lookup-shaping1.0-grpo",
+     "lookup-clean-grpo"),
+    ("Intermediate reward 1.0, SeeUPO (`lookup`, one CPU kind)", "robustness-onecpu", "lookup-shaping1.0-seeupo",
+     "lookup-clean-seeupo"),
+    ("Observation noise 1.0, SeeUPO (`lookup`, one CPU kind)", "robustness-onecpu", "lookup-noise1.0-seeupo",
+     "lookup-clean-seeupo"),
+    ("Intermediate reward 1.0, PPO (`lookup`)", "robustness-onecpu", "lookup-shaping1.0-ppo", "lookup-clean-ppo"),
+]
+
+
+def findings_rows() -> list[tuple[str, str, dict]]:
+    return [(q, name, _contrast(name, arm, base)) for q, name, arm, base in FINDINGS]
+
+
+def findings_plot(path: Path) -> Path:
+    """The findings as a forest plot: each paired difference with its t interval, filled where
+    p_holm < 0.05."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = findings_rows()
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.2))
+    for y, (q, name, c) in enumerate(reversed(rows)):
+        lo, hi = c["diff_ci95"]
+        hit = c["p_holm"] < 0.05
+        ax.plot([lo, hi], [y, y], color="black" if hit else "gray", lw=2)
+        ax.plot([c["diff"]], [y], "o", color="black" if hit else "white", markeredgecolor="black")
+    ax.axvline(0, color="gray", lw=0.8, ls="--")
+    ax.set_yticks(range(len(rows)), [re.sub(r"`", "", q) for q, _, _ in reversed(rows)], fontsize=7)
+    ax.set_xlabel("paired difference in held-out avg@4 (t 95% interval; filled: p_holm < 0.05)", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def findings() -> str:
+    from seeupo.sweep.stats import verdict
+
+    lines = ["| question | experiment | difference [95% CI] | pairs | p | p_holm (contrasts) | reading |",
+             "|---|---|---|---|---|---|---|"]
+    for q, name, c in findings_rows():
+        lines.append(f"| {q} | `{name}` | {c['diff']:+.3f} {_ci(c['diff_ci95'])} | {c['pairs']} | {_p(c['p'])} | "
+                     f"{_p(c['p_holm'])} ({c['m']}) | {verdict(c).split(' (')[0].split(' by')[0]} |")
+    return "\n".join(lines)
+
+
+def render(spec: str) -> str:
+    kind, _, arg = spec.partition(":")
+    if kind == "arms":
+        return arms_table(arg)
+    if kind == "robustness":
+        return robustness(one_cpu=False)
+    if kind == "robustness-onecpu":
+        return robustness(one_cpu=True)
+    if kind == "coverage":
+        return coverage()
+    if kind == "findings":
+        return findings()
+    raise SystemExit(f"unknown generated block kind {kind!r} ({spec})")
+
+
+def blocks(files=FILES):
+    for path in files:
+        text = path.read_text()
+        for m in BLOCK.finditer(text):
+            yield path, m
+
+
+def run(write: bool, files=FILES) -> int:
+    stale = 0
+    for path in files:
+        text = path.read_text()
+
+        def sub(m):
+            nonlocal stale
+            with contextlib.redirect_stdout(io.StringIO()):
+                body = render(m["spec"]).rstrip("\n") + "\n"
+            if body != m["body"]:
+                stale += 1
+                if not write:
+                    diff = difflib.unified_diff(m["body"].splitlines(), body.splitlines(), "published", "records",
+                                                lineterm="", n=0)
+                    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                    print(f"{where}: block claims:{m['spec']} differs from its records:")
+                    print("\n".join(list(diff)[:40]))
+            return m.group(1) + body + m.group(4)
+
+        new = BLOCK.sub(sub, text)
+        if write and new != text:
+            path.write_text(new)
+    if write:
+        findings_plot(ROOT / "docs" / "img" / "findings.png")
+    n = sum(1 for _ in blocks(files))
+    print(f"{n} generated blocks, {stale} {'rewritten' if write else 'stale'}")
+    return 0 if write or not stale else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help="rewrite every generated block from the records")
+    g.add_argument("--check", action="store_true", help="exit 1 where a block differs from its records")
+    a = ap.parse_args(argv)
+    return run(write=a.write)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

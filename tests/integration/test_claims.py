@@ -1,0 +1,48 @@
+"""Every generated table in README.md and docs/ matches what its records in results/ give today
+(scripts/claims.py --check), and a changed digit is caught."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def claims():
+    spec = importlib.util.spec_from_file_location("claims_script", ROOT / "scripts" / "claims.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_published_tables_are_what_the_records_give(claims, capsys):
+    rc = claims.run(write=False)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    kinds = {m["spec"] for _, m in claims.blocks()}
+    assert {"findings", "coverage", "arms:turns", "arms:cost", "robustness", "robustness-onecpu"} <= kinds
+
+
+def test_a_changed_digit_is_caught(claims, tmp_path, capsys):
+    readme = (ROOT / "README.md").read_text()
+    block = next(m for path, m in claims.blocks() if path.name == "README.md" and m["spec"] == "findings")
+    body = block["body"]
+    i = body.index("| -0.506 [")
+    changed = body[:i] + "| -0.507 [" + body[i + len("| -0.506 ["):]
+    copy = tmp_path / "README.md"
+    copy.write_text(readme.replace(body, changed))
+    assert claims.run(write=False, files=[copy]) == 1
+    assert "-0.507" in capsys.readouterr().out
+    copy.write_text(readme)
+    assert claims.run(write=False, files=[copy]) == 0
+
+
+def test_a_sentence_may_say_differ_only_where_holm_says_so(claims):
+    """The findings' reading column: 'lower'/'higher' exactly where p_holm < 0.05."""
+    for q, name, c in claims.findings_rows():
+        block = next(m for path, m in claims.blocks() if m["spec"] == "findings")["body"]
+        row = next(line for line in block.splitlines() if line.startswith(f"| {q} |"))
+        reading = row.rstrip(" |").rsplit("| ", 1)[1]
+        assert (reading in ("lower", "higher")) == (c["p_holm"] < 0.05), (q, reading, c["p_holm"])
