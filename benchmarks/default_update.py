@@ -4,6 +4,12 @@ once (``optim.share_prefix``), on the same episodes from the same parameters.
 
     python benchmarks/default_update.py --quick --json runs/bench/default_update_quick.json  # tiny model, ~1 min
     python benchmarks/default_update.py --json runs/bench/default_update.json               # the default model, ~12 min
+    python benchmarks/default_update.py --gather --json runs/bench/default_update_gather.json  # issue 32's check
+
+``--gather``: both passes share prefixes; they differ in how rows are picked from the shared levels'
+hidden states and KV cache: ``index_select`` (since issue 32: a backward that sums a shared
+position's gradients in index order, so a run reproduces itself at any thread count) against
+advanced indexing (before: its backward's order depends on thread scheduling).
 
 The episodes are the default run's first iteration: 8 tasks x 4 samples rolled out by the policy
 after the format warm-up (``--no-warmup``: by the untrained policy). ``Trainer.update`` is timed
@@ -36,6 +42,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default=None, help="default: tiny-random:8x256 quick, smollm2-135m-instruct full")
     ap.add_argument("--no-warmup", action="store_true", help="roll out the untrained policy")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--gather", action="store_true",
+                    help="time index_select against advanced indexing (both sharing prefixes) instead of shared "
+                         "against unshared")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     model_name = args.model or ("tiny-random:8x256" if args.quick else "smollm2-135m-instruct")
@@ -63,14 +72,32 @@ def main(argv=None) -> dict:
     tokens = int(rows.attention_mask.sum())
 
     records = {}
+    from seeupo.models import policy
 
-    def timed(share: bool) -> float:
+    take = policy.take_rows
+
+    def timed(share: bool, gather=take) -> float:
         reset(tr, init)
         tr.cfg.optim.share_prefix = share
+        policy.take_rows = gather
         t = time.perf_counter()
         records[share] = tr.update(episodes, 0)
+        policy.take_rows = take
         return time.perf_counter() - t
 
+    if args.gather:
+        times = {"index_select": [], "advanced": []}
+        for r in range(args.rounds):
+            for name, g in (("advanced", lambda x, i: x[i]), ("index_select", take)):
+                times[name].append(timed(True, g))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out = {"model": model_name, "warmup": warm, "episodes": len(episodes), "turn_rows": len(rows),
+               "turn_row_tokens": tokens, "seconds_median": med, "seconds_all": times,
+               "index_select_over_advanced": med["index_select"] / med["advanced"], "threads": torch.get_num_threads()}
+        print(f"{model_name}: {len(rows)} turn rows, shared prefixes; update with index_select {med['index_select']:.2f} s, "
+              f"advanced indexing {med['advanced']:.2f} s: ratio {out['index_select_over_advanced']:.3f} "
+              f"({torch.get_num_threads()} threads)")
+        return finish(out, "default_update.py", argv, args.json)
     times = {"unshared": [], "shared": []}
     for r in range(args.rounds):
         for name, share in (("unshared", False), ("shared", True)):

@@ -183,7 +183,7 @@ M = [
   "            ref_mask[idx] = torch.maximum(ref_mask[idx], seg.loss_mask.to(ref_mask.dtype))", "tests/integration/test_driver.py -k four_turns"),
  # evidence (issue 32)
  ("shared prefixes gathered by advanced indexing (thread-dependent backward)", "seeupo/models/policy.py",
-  "    h = flat.index_select(0, index[:, :-1][sel])", "    h = flat[index[:, :-1][sel]]",
+  "    return x.index_select(0, idx)", "    return x[idx]",
   "tests/integration/test_determinism.py"),
  ("t interval with the normal quantile", "seeupo/sweep/stats.py", "half = float(t.ppf((1 + level) / 2, n - 1))", "half = float(t.ppf((1 + level) / 2, 10 ** 6))",
   "tests/unit/test_stats.py -k 'covers or by_hand'"),

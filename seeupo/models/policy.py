@@ -347,6 +347,13 @@ class SharedPrefix:
         return torch.cat(parts), (_cache_of(out) if use_cache else None), att
 
 
+def take_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x[idx]`` along dim 0 with a backward that sums repeated rows in index order at any thread
+    count (``index_select``; advanced indexing's backward, ``index_put_`` with accumulate, does not on
+    the CPU). ``benchmarks/default_update.py --gather`` times the two."""
+    return x.index_select(0, idx)
+
+
 def select_batch(cache, idx: torch.Tensor) -> None:
     """``cache.batch_select_indices(idx)`` with a backward that does not depend on thread scheduling:
     transformers' layers select with advanced indexing, whose backward accumulates a row picked
@@ -359,8 +366,8 @@ def select_batch(cache, idx: torch.Tensor) -> None:
         if type(layer).batch_select_indices is not DynamicLayer.batch_select_indices:
             layer.batch_select_indices(idx)
         elif getattr(layer, "keys", None) is not None and layer.keys.numel():
-            layer.keys = layer.keys.index_select(0, idx)
-            layer.values = layer.values.index_select(0, idx)
+            layer.keys = take_rows(layer.keys, idx)
+            layer.values = take_rows(layer.values, idx)
     if getattr(cache, "layers", None) is None:
         cache.batch_select_indices(idx)
 
@@ -409,7 +416,7 @@ def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, te
     # accumulate) sums those rows' gradients in an order that depends on thread scheduling on the CPU
     # (two runs of one seed at 2 threads differed); index_select's backward (index_add_) sums them in
     # index order at any thread count, and gives the same bits as advanced indexing at one thread.
-    h = flat.index_select(0, index[:, :-1][sel])
+    h = take_rows(flat, index[:, :-1][sel])
     targets = input_ids_BL[:, 1:][sel]
     logp_K, ent_K = head_logprobs(lm_head, h, targets, temperature, with_entropy=with_entropy)
     out = torch.zeros(input_ids_BL.shape, dtype=logp_K.dtype, device=logp_K.device)
