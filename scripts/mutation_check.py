@@ -102,7 +102,7 @@ M = [
  ("trial threads follow the worker count", "seeupo/sweep/engine.py", '"OMP_NUM_THREADS": str(spec.trial_threads)', '"OMP_NUM_THREADS": str(spec.trial_threads * spec.workers)',
   "tests/integration/test_sweep.py -k workers"),
  ("tuning ignores its budget", "seeupo/sweep/engine.py", "if used >= budget or", "if used >= budget + 1 or",
-  "tests/integration/test_sweep.py -k tuned"),
+  "tests/integration/test_sweep_recovery.py -k stale"),
  ("gspo clip 0.2", "seeupo/core/algorithms.py", "clip_eps=3e-4, clip_eps_high=4e-4", "clip_eps=0.2, clip_eps_high=0.2",
   "tests/unit/test_schedule.py tests/unit/test_config.py tests/unit/test_lab.py"),
  # the shared-prefix forward (tests/integration/test_learner.py, test_reference.py)
@@ -199,6 +199,15 @@ M = [
   "tests/integration/test_claims.py -k published"),
  ("a finding called a difference without Holm", "scripts/claims.py", "{verdict(c).split(' (')[0].split(' by')[0]}", "{'lower' if c['diff'] < 0 else 'higher'}",
   "tests/integration/test_claims.py -k holm"),
+ ("sweep: a dead worker's trial never recovered", "seeupo/sweep/engine.py",
+  "    for trial_id in storage._get_stale_trial_ids(study._study_id):\n", "    for trial_id in []:\n",
+  "tests/integration/test_sweep_recovery.py -k stale"),
+ ("sweep: tuning budget recount ignores trials asked at the same time", "seeupo/sweep/engine.py",
+  "    if ahead >= budget:\n", "    if ahead >= budget + 1:\n",
+  "tests/integration/test_sweep_recovery.py -k last_slot"),
+ ("records: restore writes files in place", "seeupo/sweep/records.py",
+  "                _write_whole(folder / name, files[name])\n", "                (folder / name).write_bytes(files[name])\n",
+  "tests/integration/test_sweep_recovery.py -k restore"),
 ]
 
 

@@ -455,6 +455,9 @@ def sweep_cmd(
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL shared by workers on several machines (default: sqlite:///OUT/study.db)"),
     trial_threads: int = typer.Option(1, "--trial-threads", min=1, help="CPU threads per trial (fixed, so results do not depend on --workers)"),
     max_retries: int = typer.Option(2, "--max-retries", min=0, help="times a failed trial is queued again"),
+    heartbeat: int = typer.Option(60, "--heartbeat", min=1, help="seconds between a running trial's heartbeats in "
+                                  "the study; a trial silent for 3 of them lost its worker (a machine that died): "
+                                  "it is queued again and resumed from its checkpoint"),
     records: Optional[Path] = typer.Option(None, "--records", help="a folder of compressed parts holding finished "
                                            "trials' small files: unpacked into OUT first (those trials are read, not "
                                            "trained), and every trial finished since is packed into a new part every "
@@ -481,7 +484,7 @@ def sweep_cmd(
              "study.db: keep OUT (or a shared --storage) instead")
     workers = workers or max(1, _cores() // trial_threads)
     spec = SweepSpec(exp, out, quick, storage=storage, workers=workers, trial_threads=trial_threads,
-                     max_retries=max_retries)
+                     max_retries=max_retries, heartbeat=heartbeat)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"experiment": exp.model_dump(), "quick": quick,
             "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}

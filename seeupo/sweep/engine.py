@@ -15,6 +15,15 @@ count). Re-running the command skips finished trials (their ``summary.json``), r
 ones from their checkpoints (an interruption does not count as a failure), and re-queues failed
 ones up to ``max_retries`` times. A trial whose own run is stopped by SIGTERM, SIGINT or SIGHUP
 while the sweep goes on is an interruption too: queued again and resumed within the same sweep.
+
+Several machines: while a trial runs, its worker records a heartbeat in the study every
+``heartbeat`` seconds (Optuna's RDBStorage heartbeat; ``study.optimize`` would start that thread,
+``ask``/``tell`` do not, so ``_heartbeat`` does). A trial whose heartbeat is older than
+``GRACE_FACTOR`` heartbeats lost its worker (a machine that died, a SIGKILL): ``prepare`` and every
+worker, before it takes its next trial, fail it as ``interrupted`` (not a failure) and queue it
+again, and whoever takes it resumes its run folder from its checkpoint, so the folders (``--out``)
+must be on a file system the machines share. The tuning budget counts only live trials, and a
+worker whose ``ask`` came after the budget was used gives its trial back (see ``tune_work``).
 """
 
 from __future__ import annotations
@@ -26,7 +35,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +49,8 @@ INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run
 # interruptions do not count as failures, but a trial stopped this often (e.g. by a memory watchdog
 # that sends SIGTERM) is given up, so no sweep loops without bound
 MAX_INTERRUPTIONS = 10
+HEARTBEAT_S = 60  # a running trial's heartbeat in the study, every this many seconds (``seeupo sweep --heartbeat``)
+GRACE_FACTOR = 3  # a trial whose last heartbeat is this many heartbeats old has lost its worker: queued again
 
 
 @dataclass
@@ -50,6 +64,7 @@ class SweepSpec:
     max_retries: int = 2
     tuned: dict | None = None  # tuned arm -> its best configuration's overrides (after tuning)
     worker: int = 0  # this process's worker index (each tuning worker seeds its own sampler)
+    heartbeat: int = HEARTBEAT_S  # seconds between a running trial's heartbeats; GRACE_FACTOR of them: stale
 
     def arms(self) -> dict[str, list[str]]:
         """Every arm's full override list: the fixed arms, then the tuned ones' best configurations."""
@@ -122,9 +137,12 @@ def _storage(spec: SweepSpec):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # SQLite: wait for a busy database (several worker processes write to it) instead of failing
-    return optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                      if spec.url.startswith("sqlite") else None)
+    with warnings.catch_warnings():  # heartbeat_interval is an "experimental" argument
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # SQLite: wait for a busy database (several worker processes write to it) instead of failing
+        return optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
+                                          if spec.url.startswith("sqlite") else None,
+                                          heartbeat_interval=spec.heartbeat, grace_period=GRACE_FACTOR * spec.heartbeat)
 
 
 def _study(spec: SweepSpec):
@@ -134,13 +152,85 @@ def _study(spec: SweepSpec):
                                load_if_exists=True)
 
 
+def _ask(study):
+    """``study.ask()`` without Optuna's warning that heartbeats are meant for ``study.optimize``
+    (``_heartbeat`` records them here)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+        return study.ask()
+
+
+@contextmanager
+def _heartbeat(study, trial_id: int):
+    """The trial's heartbeat in the study while the block runs: one now, then one every
+    ``heartbeat_interval`` seconds from a thread (a busy database only delays a beat)."""
+    storage = study._storage
+    interval = storage.get_heartbeat_interval()
+    storage.record_heartbeat(trial_id)  # at once: a trial that never beat is never found stale
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(interval):
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 (the next beat tries again; the grace period is several beats)
+                pass
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def _queue_lock(spec: SweepSpec):
+    """Workers of one sweep folder change the queue one at a time (re-queueing, failing stale trials),
+    so two of them never queue the same trial twice; across machines when the folder is shared."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    with open(spec.out / ".queue.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _fail_stale(study) -> list:
+    """Fail the study's trials whose heartbeat went stale (their worker is gone), marked ``interrupted``
+    and ``stale`` before they turn FAIL (so none ever reads as a failure); returns them as they were.
+    Call it under ``_queue_lock``: a trial found stale twice would be queued again twice."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    if not storage.get_heartbeat_interval():
+        return []
+    failed = []
+    for trial_id in storage._get_stale_trial_ids(study._study_id):
+        try:
+            storage.set_trial_user_attr(trial_id, "interrupted", True)
+            storage.set_trial_user_attr(trial_id, "stale", True)
+            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                failed.append(storage.get_trial(trial_id))
+        except UpdateFinishedTrialError:  # it ended meanwhile (its worker was alive after all)
+            pass
+    return failed
+
+
 def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
     """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
-    another machine's, so they are left alone). Returns counts: done, queued, given_up."""
+    another machine's, so only those whose heartbeat went stale are). Returns counts: done, queued,
+    given_up."""
+    with _queue_lock(spec):
+        return _prepare(spec, owner)
+
+
+def _prepare(spec: SweepSpec, owner: bool) -> dict:
     from optuna.trial import TrialState
 
     study = _study(spec)
+    _fail_stale(study)  # their workers are gone: an interruption, queued again below
     trials = study.get_trials(deepcopy=False)
     if owner:
         for t in trials:
@@ -174,7 +264,7 @@ def _failures(trials) -> tuple[int, int]:
     from optuna.trial import TrialState
 
     failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
-    return failed, sum(bool(t.user_attrs.get("interrupted")) for t in trials)
+    return failed, sum(t.state == TrialState.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
 
 
 class TrialFailed(RuntimeError):
@@ -288,62 +378,95 @@ def _tell_done(study, trial, value: float, **kept) -> None:
 
 
 def work(spec: SweepSpec, on_trial=None) -> None:
-    """One worker: take queued trials until none is left."""
+    """One worker: take queued trials until none is left (first queueing again those whose worker is
+    gone: their heartbeat went stale). A trial's heartbeat is recorded while this worker holds it."""
     from optuna.trial import TrialState
 
     study = _study(spec)
     while True:
+        with _queue_lock(spec):
+            if _fail_stale(study):  # a dead worker's trials: queued again, resumed by whoever takes them
+                _prepare(spec, owner=False)
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        trial = study.ask()
-        fixed = trial._cached_frozen_trial.system_attrs.get("fixed_params")
-        if not fixed:  # another worker took the last queued trial first
+        trial = _ask(study)
+        with _heartbeat(study, trial._trial_id):
+            _work_one(spec, study, trial, on_trial)
+
+
+def _attr(study, trial, key: str, value) -> None:
+    """A user attribute of a trial, unless it was closed meanwhile (failed as stale by another worker
+    while this one, alive after all, still ran it; or popped twice)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    try:
+        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    except UpdateFinishedTrialError:
+        pass
+
+
+def _spare(study, trial, why: str = "spare") -> None:
+    """Give a trial back: marked ``why`` (while it can still take attributes), then PRUNED."""
+    from optuna.trial import TrialState
+
+    _attr(study, trial, why, True)
+    _close(study, trial, TrialState.PRUNED)
+
+
+def _work_one(spec: SweepSpec, study, trial, on_trial) -> None:
+    from optuna.trial import TrialState
+
+    fixed = trial._cached_frozen_trial.system_attrs.get("fixed_params")
+    if not fixed:  # another worker took the last queued trial first
+        _spare(study, trial)
+        return
+    seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
+    # the queued values, read as they are: not Optuna parameters, whose categorical space could not
+    # grow when an experiment gains arms or seeds (the study would refuse every later trial)
+    arm, seed = fixed["arm"], fixed["seed"]
+    if arm not in arms or seed not in seeds:  # queued by an older version of the experiment
+        _close(study, trial, TrialState.PRUNED)
+        return
+    key = _key(arm, seed)
+    if any(t.user_attrs.get(KEY) == key for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+        _spare(study, trial, "duplicate")  # queued twice (two machines' prepare at once): it is done
+        return
+    lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
+    if lock is None:  # already being trained elsewhere
+        if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
             _close(study, trial, TrialState.PRUNED)
-            study._storage.set_trial_user_attr(trial._trial_id, "spare", True)
-            continue
-        seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
-        # the queued values, read as they are: not Optuna parameters, whose categorical space could not
-        # grow when an experiment gains arms or seeds (the study would refuse every later trial)
-        arm, seed = fixed["arm"], fixed["seed"]
-        if arm not in arms or seed not in seeds:  # queued by an older version of the experiment
-            _close(study, trial, TrialState.PRUNED)
-            continue
-        lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
-        if lock is None:  # already being trained elsewhere
-            if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
-                _close(study, trial, TrialState.PRUNED)
-            continue
-        if (value := finished_value(spec, spec.folder(arm, seed))) is not None:
-            # finished before the study knew (restored from --records, or a lost study.db): recorded as
-            # it is, with no on_trial call, which would count it again and average its 0 s into the pace
-            lock.close()
-            _tell_done(study, trial, value, user_attrs={KEY: _key(arm, seed)})
-            continue
-        start = time.perf_counter()
-        try:
-            value = run_trial(spec, arm, seed)
-        except KeyboardInterrupt:  # stopped (the run checkpointed): queued again, not counted as a failure
-            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-            _close(study, trial, TrialState.FAIL)
-            raise
-        except TrialInterrupted as e:  # its run alone was stopped: queued again by prepare(), not a failure
-            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-            study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-            _close(study, trial, TrialState.FAIL)
-            if on_trial:
-                on_trial(arm, seed, INTERRUPTED, time.perf_counter() - start)
-            continue
-        except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
-            study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-            _close(study, trial, TrialState.FAIL)
-            if on_trial:
-                on_trial(arm, seed, None, time.perf_counter() - start)
-            continue
-        finally:
-            lock.close()
-        _tell_done(study, trial, value, user_attrs={KEY: _key(arm, seed)})
+        return
+    if (value := finished_value(spec, spec.folder(arm, seed))) is not None:
+        # finished before the study knew (restored from --records, or a lost study.db): recorded as
+        # it is, with no on_trial call, which would count it again and average its 0 s into the pace
+        lock.close()
+        _tell_done(study, trial, value, user_attrs={KEY: key})
+        return
+    start = time.perf_counter()
+    try:
+        value = run_trial(spec, arm, seed)
+    except KeyboardInterrupt:  # stopped (the run checkpointed): queued again, not counted as a failure
+        _attr(study, trial, "interrupted", True)
+        _close(study, trial, TrialState.FAIL)
+        raise
+    except TrialInterrupted as e:  # its run alone was stopped: queued again by prepare(), not a failure
+        _attr(study, trial, "interrupted", True)
+        _attr(study, trial, "error", str(e)[:500])
+        _close(study, trial, TrialState.FAIL)
         if on_trial:
-            on_trial(arm, seed, value, time.perf_counter() - start)
+            on_trial(arm, seed, INTERRUPTED, time.perf_counter() - start)
+        return
+    except Exception as e:  # noqa: BLE001 (recorded; prepare() re-queues it up to max_retries)
+        _attr(study, trial, "error", str(e)[:500])
+        _close(study, trial, TrialState.FAIL)
+        if on_trial:
+            on_trial(arm, seed, None, time.perf_counter() - start)
+        return
+    finally:
+        lock.close()
+    _tell_done(study, trial, value, user_attrs={KEY: key})
+    if on_trial:
+        on_trial(arm, seed, value, time.perf_counter() - start)
 
 
 def _interrupt(*_):
@@ -374,45 +497,68 @@ def _params_key(params: dict) -> str:
 def tune_work(spec: SweepSpec, on_trial=None) -> None:
     """One worker of the tuning phase: TPE trials for each tuned arm until its budget is used. A
     trial runs one folder per tuning seed, ``DIR/tune/ARM/<params hash>/seed-S`` (the same parameters
-    again reuse, or resume, the same folders)."""
+    again reuse, or resume, the same folders). The budget counts complete and live running trials
+    (a stale one is failed and its parameters queued again first); two workers that both saw one
+    slot left both ask, and the one whose trial came second (by trial number) gives it back."""
     from optuna.trial import TrialState
-
-    from seeupo.sweep.experiment import _yaml
 
     budget, seeds, arms = spec.exp.tune_plan(spec.quick)
     for arm, (overrides, space) in arms.items():
         study = _tune_study(spec, arm)
         while True:
+            with _queue_lock(spec):
+                for t in _fail_stale(study):  # a dead worker's trial: its parameters again, its folders resumed
+                    if t.params:
+                        study.enqueue_trial(t.params)
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
             failed, stopped = _failures(trials)
             if used >= budget or failed > spec.max_retries * budget or stopped > MAX_INTERRUPTIONS * budget:
                 break
-            trial = study.ask()
-            params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-            folder = spec.out / "tune" / arm / _params_key(params)
-            lock, holder = _lock(folder, trial._trial_id)
-            if lock is None:  # these parameters are being tried elsewhere
-                if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
-                    _close(study, trial, TrialState.PRUNED)
-                continue
-            start = time.perf_counter()
-            try:
-                ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
-                value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
-            except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
-                if isinstance(e, TrialInterrupted):  # not a failure: the same parameters, queued again, resume
-                    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)  # its folders
-                    study.enqueue_trial(params)
-                study._storage.set_trial_user_attr(trial._trial_id, "error", str(e)[:500])
-                _close(study, trial, TrialState.FAIL)
-                value = INTERRUPTED if isinstance(e, TrialInterrupted) else None
-            finally:
-                lock.close()
-            if value is not None and value != INTERRUPTED:
-                _tell_done(study, trial, value, params=params, distributions=trial.distributions)
-            if on_trial:
-                on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
+            trial = _ask(study)
+            with _heartbeat(study, trial._trial_id):
+                if not _tune_one(spec, study, trial, arm, overrides, space, budget, seeds, on_trial):
+                    break
+
+
+def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget: int, seeds, on_trial) -> bool:
+    """One tuning trial; False when it came after the budget was used (given back, marked spare)."""
+    from optuna.trial import TrialState
+
+    from seeupo.sweep.experiment import _yaml
+
+    # the budget again, now that this trial has its number: every complete trial, and the running ones
+    # asked before it (a worker that asked at the same time counts this one, or this one counts it)
+    ahead = sum(t.state == TrialState.COMPLETE or (t.state == TrialState.RUNNING and t.number < trial.number)
+                for t in study.get_trials(deepcopy=False))
+    if ahead >= budget:
+        _spare(study, trial)
+        return False
+    params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
+    folder = spec.out / "tune" / arm / _params_key(params)
+    lock, holder = _lock(folder, trial._trial_id)
+    if lock is None:  # these parameters are being tried elsewhere
+        if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
+            _close(study, trial, TrialState.PRUNED)
+        return True
+    start = time.perf_counter()
+    try:
+        ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
+        value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
+    except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
+        if isinstance(e, TrialInterrupted):  # not a failure: the same parameters, queued again, resume
+            _attr(study, trial, "interrupted", True)  # its folders
+            study.enqueue_trial(params)
+        _attr(study, trial, "error", str(e)[:500])
+        _close(study, trial, TrialState.FAIL)
+        value = INTERRUPTED if isinstance(e, TrialInterrupted) else None
+    finally:
+        lock.close()
+    if value is not None and value != INTERRUPTED:
+        _tell_done(study, trial, value, params=params, distributions=trial.distributions)
+    if on_trial:
+        on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
+    return True
 
 
 def tuned_arms(spec: SweepSpec) -> dict[str, dict]:

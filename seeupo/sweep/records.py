@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 import time
@@ -83,9 +84,21 @@ def restore(spec, records: Path) -> dict[str, int]:
                 continue
             folder.mkdir(parents=True, exist_ok=True)
             for name in FILES:  # summary.json last: a folder is finished only once every file is in
-                (folder / name).write_bytes(files[name])
+                _write_whole(folder / name, files[name])
             counts["restored"] += 1
     return counts
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole or is left as it was: written to a temporary name in its folder,
+    flushed to disk, then renamed over it, so a restore stopped at any point (a crash, a full disk, a
+    killed machine) leaves no truncated file, and no summary.json before the files it vouches for."""
+    tmp = path.with_name(f".{path.name}.restore-tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def save(spec, records: Path) -> Path | None:
