@@ -120,7 +120,7 @@ def arms_table(name: str) -> str:
                      f"{_p(a.get('p_holm'))} | {det} | {a['collapses']} | {'-' if dd != dd else f'{dd:.3f}'} |")
     detected = [a["name"] for a in res["arms"] if a.get("p_holm") is not None and a["p_holm"] < 0.05]
     lines += ["", f"Records: `results/{name}/` ({sum(a['n'] for a in res['arms'])} trials). Differences detected "
-              f"(p_holm < 0.05): {', '.join(detected) if detected else 'none'}."]
+              f"(p_holm < 0.05): {', '.join(f'`{d}`' for d in detected) if detected else 'none'}."]
     return "\n".join(lines)
 
 
@@ -161,6 +161,10 @@ def _contrast(name: str, arm: str, base: str) -> dict:
 
 FINDINGS = [
     # (question, experiment, arm, against)
+    ("Natural turn order against reverse (SeeUPO, `lookup`)", "order", "natural", "reverse"),
+    ("One joint phase against the reverse schedule (SeeUPO, `lookup`)", "order", "joint", "reverse"),
+    ("No advantage normalisation against batch normalisation (SeeUPO)", "norm", "none", "batch"),
+    ("Group against batch normalisation (SeeUPO)", "norm", "group", "batch"),
     ("Training only the last turn, against every turn (SeeUPO, `lookup`)", "turns", "seeupo-last1", "seeupo-all"),
     ("GRPO against SeeUPO, every turn trained (`lookup`)", "turns", "grpo-all", "seeupo-all"),
     ("One bucketed phase against the exact reverse schedule (2-3 turns)", "cost", "seeupo-buckets1", "seeupo-reverse"),
