@@ -3,6 +3,8 @@ failure, restore the file.
 
     python scripts/mutation_check.py             # every mutation (about 40 minutes on 2 cores)
     python scripts/mutation_check.py factor      # those whose name contains "factor"
+    python scripts/mutation_check.py --shard 1/2 # every other mutation (two shards in two checkouts
+                                                 # of one commit run on two cores side by side)
 
 First each named test selection runs on the unmutated code: it must select tests and pass (else the
 mutation is BROKEN: a failing or empty selection proves nothing). Then, per mutation:
@@ -231,7 +233,13 @@ def outcome(rc: int, counts: dict) -> str:
 
 
 def main(only: list[str]) -> int:
+    shard = None
+    if only and only[0] == "--shard":
+        k, n = map(int, only[1].split("/"))
+        shard, only = (k, n), only[2:]
     chosen = [m for m in M if not only or any(o in m[0] for o in only)]
+    if shard:
+        chosen = [m for i, m in enumerate(chosen) if i % shard[1] == shard[0] - 1]
     baseline: dict[str, tuple[int, str, dict]] = {}
     tally = {"CAUGHT": 0, "MISSED": 0, "STALE": 0, "ERROR": 0, "BROKEN": 0}
     for i, (name, path, old, new, tests) in enumerate(chosen, 1):
