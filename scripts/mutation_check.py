@@ -5,6 +5,8 @@ failure, restore the file.
     python scripts/mutation_check.py factor      # those whose name contains "factor"
     python scripts/mutation_check.py --shard 1/2 # every other mutation (two shards in two checkouts
                                                  # of one commit run on two cores side by side)
+    python scripts/mutation_check.py --table LOG [LOG ...]  # the outcome table of these runs' output
+                                                 # into docs/reliability.md (between its markers)
 
 First each named test selection runs on the unmutated code: it must select tests and pass (else the
 mutation is BROKEN: a failing or empty selection proves nothing). Then, per mutation:
@@ -265,5 +267,33 @@ def main(only: list[str]) -> int:
     return 0 if tally["CAUGHT"] == len(chosen) else 1
 
 
+LINE = re.compile(r"^\s*\d+/\d+ (CAUGHT|MISSED|STALE|ERROR|BROKEN)\s+(.+?): (.*)$")
+
+
+def table(logs: list[str], doc: str = "docs/reliability.md") -> int:
+    """The outcome table of one or more runs' printed output (shards of one commit), written into
+    ``doc`` between ``<!-- mutation-outcome -->`` markers, in the order of ``M``."""
+    got = {}
+    for log in logs:
+        for line in open(log):
+            if m := LINE.match(line.rstrip("\n")):
+                got[m[2]] = (m[1], m[3])
+    names = [m[0] for m in M]
+    rows = [f"| {n} | {got[n][0]} | {got[n][1]} |" for n in names if n in got]
+    tally = {k: sum(v[0] == k for v in got.values()) for k in ("CAUGHT", "MISSED", "STALE", "ERROR", "BROKEN")}
+    missing = [n for n in names if n not in got]
+    text = ("| mutation | outcome | the selected tests' last line |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            + " / ".join(f"{k} {v}" for k, v in tally.items()) + f" of {len(got)} mutations"
+            + (f"; not run: {len(missing)}" if missing else "") + ".\n")
+    src = open(doc).read()
+    start, end = "<!-- mutation-outcome -->\n", "<!-- /mutation-outcome -->"
+    i, j = src.index(start) + len(start), src.index(end)
+    open(doc, "w").write(src[:i] + text + src[j:])
+    print(text.splitlines()[-1])
+    return 0 if tally["CAUGHT"] == len(names) and not missing else 1
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:
+        sys.exit(table(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))
