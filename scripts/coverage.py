@@ -66,7 +66,7 @@ def coverage(reps: int = 2000, seed: int = 0) -> dict:
 
 
 def table(cov: dict, reps: int) -> str:
-    lines = [f"| data | n | Student's t | percentile bootstrap | BCa |", "|---|---|---|---|---|"]
+    lines = ["| data | n | Student's t | percentile bootstrap | BCa |", "|---|---|---|---|---|"]
     for kind, by_n in cov.items():
         for n, c in by_n.items():
             lines.append(f"| {kind} | {n} | {c['t']:.3f} | {c['percentile']:.3f} | {c['bca']:.3f} |")

@@ -1,7 +1,6 @@
 """Every generated table in README.md and docs/ matches what its records in results/ give today
 (scripts/claims.py --check), and a changed digit is caught."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -10,11 +9,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def claims():
-    spec = importlib.util.spec_from_file_location("claims_script", ROOT / "scripts" / "claims.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def claims(load_script):
+    return load_script("claims")
 
 
 def test_the_published_tables_are_what_the_records_give(claims, capsys):

@@ -2,7 +2,6 @@
 fails here, in the default suite, not only in the long script), what counts as caught, and a stale
 target reported as STALE with the run going on."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def mc():
-    spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "scripts" / "mutation_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def mc(load_script):
+    return load_script("mutation_check")
 
 
 def test_every_target_is_in_its_file_exactly_once(mc):

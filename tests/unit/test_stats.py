@@ -1,16 +1,13 @@
 """The report's statistics (issue 32) against hand computations and a coverage simulation."""
 
-import importlib.util
 import itertools
 import math
 import random
-from pathlib import Path
 
 import pytest
 
 from seeupo.sweep.stats import bootstrap_ci, contrast, detectable, holm, min_p, sign_flip_p, t_interval, verdict
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sign_flip_p_enumerated_by_hand_for_four_pairs():
@@ -95,10 +92,8 @@ def test_the_percentile_bootstrap_undercovers_at_three_seeds():
     assert cover < 0.85, cover
 
 
-def test_coverage_script_reports_each_interval():
-    spec = importlib.util.spec_from_file_location("coverage_script", ROOT / "scripts" / "coverage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_coverage_script_reports_each_interval(load_script):
+    mod = load_script("coverage")
     cov = mod.coverage(reps=300)
     assert set(cov) == {"normal", "skewed", "collapse"} and set(cov["normal"]) == {3, 5, 8}
     assert cov["normal"][3]["t"] > 0.9 > cov["normal"][3]["percentile"]
