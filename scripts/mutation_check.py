@@ -267,18 +267,20 @@ def main(only: list[str]) -> int:
     return 0 if tally["CAUGHT"] == len(chosen) else 1
 
 
-LINE = re.compile(r"^\s*\d+/\d+ (CAUGHT|MISSED|STALE|ERROR|BROKEN)\s+(.+?): (.*)$")
+LINE = re.compile(r"^\s*\d+/\d+ (CAUGHT|MISSED|STALE|ERROR|BROKEN)\s+(.*)$")
 
 
 def table(logs: list[str], doc: str = "docs/reliability.md") -> int:
     """The outcome table of one or more runs' printed output (shards of one commit), written into
     ``doc`` between ``<!-- mutation-outcome -->`` markers, in the order of ``M``."""
     got = {}
+    names = [m[0] for m in M]
     for log in logs:
         for line in open(log):
-            if m := LINE.match(line.rstrip("\n")):
-                got[m[2]] = (m[1], m[3])
-    names = [m[0] for m in M]
+            if m := LINE.match(line.rstrip("\n")):  # names may hold ": " themselves: the longest known one
+                name = max((n for n in names if m[2].startswith(n + ": ")), key=len, default=None)
+                if name:
+                    got[name] = (m[1], m[2][len(name) + 2:])
     rows = [f"| {n} | {got[n][0]} | {got[n][1]} |" for n in names if n in got]
     tally = {k: sum(v[0] == k for v in got.values()) for k in ("CAUGHT", "MISSED", "STALE", "ERROR", "BROKEN")}
     missing = [n for n in names if n not in got]

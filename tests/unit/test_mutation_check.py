@@ -37,3 +37,17 @@ def test_a_stale_target_is_reported_and_the_run_goes_on(mc, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert "1/2 STALE  gone" in out and "2/2 STALE  also gone" in out
     assert out.strip().splitlines()[-1] == "CAUGHT 0 / MISSED 0 / STALE 2 / ERROR 0 / BROKEN 0 of 2 mutations"
+
+
+def test_the_outcome_table_reads_names_that_hold_colons(mc, tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    doc.write_text("x\n<!-- mutation-outcome -->\nold\n<!-- /mutation-outcome -->\ny\n")
+    log = tmp_path / "a.log"
+    name = "sweep: a closed trial's result lost"
+    assert name in [m[0] for m in mc.M]
+    log.write_text(f"  1/2 CAUGHT {name}: 1 failed, 3 deselected in 2.0s\n  2/2 MISSED pass@k = avg@k: 2 passed\n")
+    assert mc.table([str(log)], doc=str(doc)) == 1  # one missed, the rest not run
+    text = doc.read_text()
+    assert f"| {name} | CAUGHT | 1 failed, 3 deselected in 2.0s |" in text and "| pass@k = avg@k | MISSED |" in text
+    assert f"CAUGHT 1 / MISSED 1 / STALE 0 / ERROR 0 / BROKEN 0 of 2 mutations; not run: {len(mc.M) - 2}." in text
+    assert text.startswith("x\n") and text.endswith("<!-- /mutation-outcome -->\ny\n")
