@@ -163,6 +163,7 @@ FINDINGS = [
     # (question, experiment, arm, against)
     ("Natural turn order against reverse (SeeUPO, `lookup`)", "order", "natural", "reverse"),
     ("One joint phase against the reverse schedule (SeeUPO, `lookup`)", "order", "joint", "reverse"),
+    ("SeeUPO without its factor against the geometric factor (`lookup`)", "factor", "off", "geometric"),
     ("No advantage normalisation against batch normalisation (SeeUPO)", "norm", "none", "batch"),
     ("Group against batch normalisation (SeeUPO)", "norm", "group", "batch"),
     ("Training only the last turn, against every turn (SeeUPO, `lookup`)", "turns", "seeupo-last1", "seeupo-all"),
