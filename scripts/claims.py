@@ -153,7 +153,8 @@ def _contrast(name: str, arm: str, base: str) -> dict:
         fam, what, level, algo = rt.parse(n)
         grid.setdefault(fam, {}).setdefault(algo, {})[(what, level)] = a
     tests = rt.contrasts(grid, rt._after)
-    key = (*rt.parse(arm)[:1], rt.parse(arm)[3], *rt.parse(arm)[1:3])
+    fam, what, level, algo = rt.parse(arm)
+    key = (fam, algo, what, level)
     if base != f"{key[0]}-clean-{key[1]}":
         raise SystemExit(f"{name}: {arm} is contrasted with its own clean arm, not {base}")
     return {**tests[key], "m": len(tests)}

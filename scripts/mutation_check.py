@@ -210,7 +210,7 @@ M = [
   "    if ahead >= budget:\n", "    if ahead >= budget + 1:\n",
   "tests/integration/test_sweep_recovery.py -k last_slot"),
  ("records: restore writes files in place", "seeupo/sweep/records.py",
-  "                _write_whole(folder / name, files[name])\n", "                (folder / name).write_bytes(files[name])\n",
+  "                write_atomic(folder / name, files[name])\n", "                (folder / name).write_bytes(files[name])\n",
   "tests/integration/test_sweep_recovery.py -k restore"),
 ]
 

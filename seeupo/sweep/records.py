@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
 import time
@@ -65,6 +64,8 @@ def restore(spec, records: Path) -> dict[str, int]:
     """Unpack the experiment's parts into ``spec.out``: each finished trial whose folder has no
     ``summary.json`` yet and whose arm is defined as it was when packed. Returns counts: restored,
     present (already finished here), stale (arm redefined or no longer in the experiment)."""
+    from seeupo.train.checkpoint import write_atomic
+
     ident = _identity(spec)
     seeds = set(spec.exp.plan(spec.quick)[0])
     counts = {"restored": 0, "present": 0, "stale": 0}
@@ -83,22 +84,12 @@ def restore(spec, records: Path) -> dict[str, int]:
                 counts["present"] += 1
                 continue
             folder.mkdir(parents=True, exist_ok=True)
-            for name in FILES:  # summary.json last: a folder is finished only once every file is in
-                _write_whole(folder / name, files[name])
+            # summary.json last, each file whole or not at all: a restore stopped at any point leaves no
+            # truncated file and no summary.json before the files it vouches for
+            for name in FILES:
+                write_atomic(folder / name, files[name])
             counts["restored"] += 1
     return counts
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` whole or is left as it was: written to a temporary name in its folder,
-    flushed to disk, then renamed over it, so a restore stopped at any point (a crash, a full disk, a
-    killed machine) leaves no truncated file, and no summary.json before the files it vouches for."""
-    tmp = path.with_name(f".{path.name}.restore-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def save(spec, records: Path) -> Path | None:

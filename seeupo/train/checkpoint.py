@@ -82,10 +82,11 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync'd and renamed into place."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file, fsync'd and renamed into place:
+    a write stopped at any point leaves ``path`` as it was, never truncated."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
