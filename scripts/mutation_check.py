@@ -210,8 +210,18 @@ M = [
   "    if ahead >= budget:\n", "    if ahead >= budget + 1:\n",
   "tests/integration/test_sweep_recovery.py -k last_slot"),
  ("records: restore writes files in place", "seeupo/sweep/records.py",
-  "                write_atomic(folder / name, files[name])\n", "                (folder / name).write_bytes(files[name])\n",
+  "        write_atomic(folder / name, files[name])\n", "        (folder / name).write_bytes(files[name])\n",
   "tests/integration/test_sweep_recovery.py -k restore"),
+ ("records: a restored tuning tie broken by the restored order", "seeupo/sweep/engine.py",
+  "key=lambda t: (t.value, -_number(t))", "key=lambda t: (t.value, -t.number)",
+  "tests/integration/test_sweep.py -k carry_tuning"),
+ ("records: a configuration tuned twice restored once", "seeupo/sweep/records.py",
+  'if any(x.state == TrialState.COMPLETE and _number(x) == t["number"] and x.params == params',
+  'if any(x.state == TrialState.COMPLETE and x.params == params',
+  "tests/integration/test_sweep.py -k carry_tuning"),
+ ("records: tuning restored under another search space", "seeupo/sweep/records.py",
+  'if arm not in tune_ident or rec.get("identity") != tune_ident[arm]:', "if arm not in tune_ident:",
+  "tests/integration/test_sweep.py -k carry_tuning"),
 ]
 
 

@@ -459,8 +459,8 @@ def sweep_cmd(
                                   "the study; a trial silent for 3 of them lost its worker (a machine that died): "
                                   "it is queued again and resumed from its checkpoint"),
     records: Optional[Path] = typer.Option(None, "--records", help="a folder of compressed parts holding finished "
-                                           "trials' small files: unpacked into OUT first (those trials are read, not "
-                                           "trained), and every trial finished since is packed into a new part every "
+                                           "trials' small files (and tuning trials' with their scores): unpacked into OUT first (those trials "
+                                           "are read, not trained), and every trial finished since is packed into a new part every "
                                            "30 minutes and at the end or on interruption; carries a long sweep across "
                                            "machines whose disks do not last"),
 ) -> None:
@@ -479,12 +479,9 @@ def sweep_cmd(
         exp.validate_arms(quick)
     except ConfigError as e:
         fail(str(e))
-    if records is not None and exp.tune:
-        fail(f"--records carries the trials of fixed arms; {exp.name} tunes arms, whose tuning study lives in "
-             "study.db: keep OUT (or a shared --storage) instead")
     workers = workers or max(1, _cores() // trial_threads)
     spec = SweepSpec(exp, out, quick, storage=storage, workers=workers, trial_threads=trial_threads,
-                     max_retries=max_retries, heartbeat=heartbeat)
+                     max_retries=max_retries, heartbeat=heartbeat, records=records)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"experiment": exp.model_dump(), "quick": quick,
             "command": " ".join(["seeupo sweep", experiment, "--out", str(out), *(["--quick"] if quick else [])])}
@@ -495,7 +492,8 @@ def sweep_cmd(
         except ValueError as e:
             fail(str(e))
         console.print(f"records {records}: {got['restored']} finished trial(s) restored, {got['present']} already "
-                      f"here" + (f", {got['stale']} skipped (their arm is defined differently now)" if got["stale"] else ""))
+                      f"here" + (f", {got['tuning']} tuning trial(s) added to their studies" if got["tuning"] else "")
+                      + (f", {got['stale']} skipped (their arm is defined differently now)" if got["stale"] else ""))
     seeds, fixed = exp.plan(quick)
     budget, tune_seeds, tuned = exp.tune_plan(quick)
     n_arms = len(fixed) + len(tuned)  # quick.arms may run a subset of the fixed arms

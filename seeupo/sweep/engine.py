@@ -65,6 +65,7 @@ class SweepSpec:
     tuned: dict | None = None  # tuned arm -> its best configuration's overrides (after tuning)
     worker: int = 0  # this process's worker index (each tuning worker seeds its own sampler)
     heartbeat: int = HEARTBEAT_S  # seconds between a running trial's heartbeats; GRACE_FACTOR of them: stale
+    records: Path | None = None  # --records: the tuned arms' trials are restored from here once they are tuned
 
     def arms(self) -> dict[str, list[str]]:
         """Every arm's full override list: the fixed arms, then the tuned ones' best configurations."""
@@ -562,8 +563,9 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
 
 
 def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
-    """Each tuned arm's best trial: ``{arm: {"params", "value", "trials", "overrides"}}`` (arms without
-    a completed trial are left out)."""
+    """Each tuned arm's best trial: ``{arm: {"params", "value", "trials", "overrides", "scores"}}``
+    (``scores``: every completed tuning trial's number, parameters and value; arms without a completed
+    trial are left out)."""
     from optuna.trial import TrialState
 
     from seeupo.sweep.experiment import _yaml
@@ -574,10 +576,27 @@ def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
         done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         if not done:
             continue
-        best = max(done, key=lambda t: (t.value, -t.number))
+        best = max(done, key=lambda t: (t.value, -_number(t)))  # a tie: the earlier trial
         out[arm] = {"params": best.params, "value": best.value, "trials": len(done),
-                    "overrides": [*overrides, *(f"{k}={_yaml(v)}" for k, v in best.params.items())]}
+                    "overrides": [*overrides, *(f"{k}={_yaml(v)}" for k, v in best.params.items())],
+                    # every tuning trial's score, in the order the study ran them
+                    "scores": [{"number": _number(t), "params": t.params, "value": t.value}
+                               for t in sorted(done, key=_number)]}
     return out
+
+
+def _number(trial) -> int:
+    """A tuning trial's number in the study that ran it (one restored from --records keeps its own)."""
+    return int(trial.user_attrs.get("number", trial.number))
+
+
+def choose_tuned(spec: SweepSpec) -> dict[str, dict]:
+    """Each tuned arm's best configuration (``tuned_arms``) written to ``DIR/tuned.json`` and set as
+    the arm's overrides for the comparison trials."""
+    best = tuned_arms(spec)
+    (spec.out / "tuned.json").write_text(json.dumps(best, indent=1))
+    spec.tuned = {arm: b["overrides"] for arm, b in best.items()}
+    return best
 
 
 def _fail_running(spec: SweepSpec) -> None:
@@ -656,9 +675,11 @@ def _sweep(spec: SweepSpec, on_trial) -> dict:
         if spec.storage is None:
             _fail_running(spec)
         _run_workers(spec, tune_work, on_trial)
-        best = tuned_arms(spec)
-        (spec.out / "tuned.json").write_text(json.dumps(best, indent=1))
-        spec.tuned = {arm: b["overrides"] for arm, b in best.items()}
+        choose_tuned(spec)
+        if spec.records is not None:  # the tuned arms' comparison trials, where they ran as now chosen
+            from seeupo.sweep import records
+
+            records.restore(spec, spec.records)
     before = prepare(spec, owner=spec.storage is None)
     # a failed or interrupted trial is queued again by the next prepare(); rounds go on while trials end
     # (each failure counts towards its trial's max_retries, so this ends), and stop when a round ends

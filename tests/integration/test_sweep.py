@@ -143,6 +143,23 @@ def test_a_tuned_arm_is_tuned_within_its_budget_then_compared_on_fresh_seeds(tmp
     seen.clear()
     again = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
     assert sweep(again, on_trial=lambda *a: seen.append(a))["done"] == 2 and seen == []  # nothing more to run
+    # --records carries the tuning: a fresh folder restores the tuning trials into its study, chooses the
+    # same configuration, restores the tuned arm's comparison trial and trains nothing
+    from seeupo.sweep import records
+
+    recs = tmp_path / "recs"
+    assert records.save(spec, recs) is not None and records.save(spec, recs) is None
+    fresh = SweepSpec(exp, tmp_path / "fresh", quick=False, workers=1, records=recs)
+    fresh.out.mkdir()
+    got = records.restore(fresh, recs)
+    assert got == {"restored": 2, "present": 0, "stale": 0, "tuning": 2}, got
+    assert fresh.tuned == again.tuned
+    assert sweep(fresh, on_trial=lambda *a: seen.append(a))["done"] == 2 and seen == []
+    assert json.loads((fresh.out / "tuned.json").read_text()) == json.loads((spec.out / "tuned.json").read_text())
+    assert not list(fresh.out.rglob("train.log"))  # read, not trained
+    res = [results(o, experiment="tune", metric="avg@k", reference="fixed", arms_order=["fixed", "tuned"])
+           for o in (spec.out, fresh.out)]
+    assert json.dumps(res[0]) == json.dumps(res[1])  # (as text: an interval of one seed is nan, which != itself)
 
 
 def test_every_shipped_experiment_loads_and_quick_arms_pick_a_subset(tmp_path):
@@ -201,8 +218,6 @@ def test_the_cli_counts_and_finishes_the_arms_quick_mode_runs(tmp_path):
     assert [p.name.split("-part-")[0] for p in recs.iterdir()] == ["mini-quick"]  # one part: nothing new the 2nd time
     assert ((tmp_path / "fresh" / "results.json").read_text().replace("fresh", "out")
             == (tmp_path / "out" / "results.json").read_text())
-    res = CliRunner().invoke(app, ["sweep", "fair", "--out", str(tmp_path / "fair"), "--records", str(recs)])
-    assert res.exit_code != 0 and "tunes arms" in res.output, res.output
 
 
 def test_records_restore_only_finished_trials_of_unchanged_arms(tmp_path):
@@ -226,13 +241,75 @@ def test_records_restore_only_finished_trials_of_unchanged_arms(tmp_path):
     assert records.packed(recs, "mini") == {("a", 0), ("a", 1), ("b", 0)}
     assert records.save(a, recs) is None  # nothing new
     changed = spec({"a": ["algo.name=seeupo"], "b": ["algo.name=gspo"]}, "two")
-    assert records.restore(changed, recs) == {"restored": 2, "present": 0, "stale": 1}
+    assert records.restore(changed, recs) == {"restored": 2, "present": 0, "stale": 1, "tuning": 0}
     assert (changed.folder("a", 1) / "metrics.jsonl").read_text() == '{"arm": "a", "seed": 1}\n'
     assert not changed.folder("b", 0).exists()
-    assert records.restore(changed, recs) == {"restored": 0, "present": 2, "stale": 1}
+    assert records.restore(changed, recs) == {"restored": 0, "present": 2, "stale": 1, "tuning": 0}
     part.write_bytes(part.read_bytes()[:100])
     with pytest.raises(ValueError, match="not a readable records part"):
         records.restore(changed, recs)
+
+
+def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is_unchanged(tmp_path):
+    """Fabricated tuning trials (no training): a configuration tried twice counts twice towards the
+    budget after a restore, a tie is broken by the original trial number (not the restored order), a
+    partly restored tuning leaves the tuned arm's comparison trials for the sweep, and a changed
+    search space makes the tuning stale."""
+    import optuna
+
+    from seeupo.sweep import engine, records
+
+    def spec(out, space=(0.0, 0.2), budget=3):
+        path = tmp_path / "tune.yaml"
+        path.write_text(yaml.safe_dump({
+            "description": "test", "base": "tiny", "reference": "fixed", "seeds": [0], "overrides": SMALL,
+            "arms": {"fixed": ["algo.name=grpo"]},
+            "tune": {"budget": budget, "seeds": [100, 101], "space": {"algo.kl_coef": list(space)},
+                     "arms": {"tuned": {"overrides": ["algo.name=grpo"]}}}}))
+        sp = SweepSpec(load_experiment(str(path)), tmp_path / out, quick=False)
+        sp.out.mkdir(parents=True, exist_ok=True)
+        return sp
+
+    def finish(folder, value):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.yaml").write_text("x\n")
+        (folder / "metrics.jsonl").write_text("{}\n")
+        (folder / "summary.json").write_text(json.dumps({"eval_after": {"avg@k": value}}))
+
+    a = spec("one")
+    study = engine._tune_study(a, "tuned")
+    dist = {"algo.kl_coef": optuna.distributions.CategoricalDistribution([0.0, 0.2])}
+    # trial 0: kl 0.2 scores 0.5; trial 1: kl 0.0 scores 0.5 too (a tie: trial 0 wins); trial 2: kl 0.2 again
+    for kl in (0.2, 0.0, 0.2):
+        key = engine._params_key({"algo.kl_coef": kl})
+        for s in (100, 101):
+            finish(a.out / "tune" / "tuned" / key / f"seed-{s}", 0.25 if s == 100 else 0.75)
+        study.add_trial(optuna.trial.create_trial(params={"algo.kl_coef": kl}, distributions=dist, value=0.5))
+    best = engine.choose_tuned(a)
+    assert best["tuned"]["params"] == {"algo.kl_coef": 0.2} and best["tuned"]["trials"] == 3
+    for arm in ("fixed", "tuned"):
+        finish(a.folder(arm, 0), 0.1)
+    recs = tmp_path / "recs"
+    records.save(a, recs)
+    assert len(records.packed_tuning(recs, "tune")) == 3 and records.save(a, recs) is None
+    # restored in a study that numbers them differently: kl 0.0 first
+    b = spec("two")
+    first = engine._tune_study(b, "tuned")
+    first.add_trial(optuna.trial.create_trial(params={"algo.kl_coef": 0.0}, distributions=dist, value=0.5,
+                                              user_attrs={"number": 1}))
+    got = records.restore(b, recs)
+    assert got == {"restored": 2, "present": 0, "stale": 0, "tuning": 2}, got  # trial 1 was there already
+    assert json.loads((b.out / "tuned.json").read_text()) == json.loads((a.out / "tuned.json").read_text())
+    assert (b.folder("tuned", 0) / "summary.json").exists()
+    # a budget of 4: tuning not done, so the tuned arm's trial waits for the sweep; the fixed one is restored
+    c = spec("three", budget=4)
+    assert records.restore(c, recs) == {"restored": 1, "present": 0, "stale": 0, "tuning": 3}
+    assert c.tuned is None and not c.folder("tuned", 0).exists()
+    assert len(list((c.out / "tune" / "tuned").glob("*/seed-101/summary.json"))) == 2
+    # another search space: the tuning is stale, nothing of it restored
+    d = spec("four", space=(0.0, 0.05))
+    assert records.restore(d, recs) == {"restored": 1, "present": 0, "stale": 3, "tuning": 0}
+    assert not (d.out / "tune").exists() and d.tuned is None
 
 
 def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):

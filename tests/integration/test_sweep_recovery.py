@@ -228,6 +228,6 @@ def test_a_restore_stopped_midway_leaves_no_folder_that_looks_finished(tmp_path,
     assert (g / "config.yaml").read_bytes() == files["config.yaml"]
     assert not (g / "metrics.jsonl").exists() and not (g / "summary.json").exists()  # not truncated, not "finished"
     monkeypatch.setattr(os, "fsync", real)
-    assert records.restore(two, recs) == {"restored": 1, "present": 0, "stale": 0}
+    assert records.restore(two, recs) == {"restored": 1, "present": 0, "stale": 0, "tuning": 0}
     assert {n: (g / n).read_bytes() for n in files} == files
     assert sorted(p.name for p in g.iterdir()) == sorted(files)  # no temporary left behind
