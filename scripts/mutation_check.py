@@ -222,6 +222,14 @@ M = [
  ("records: tuning restored under another search space", "seeupo/sweep/records.py",
   'if arm not in tune_ident or rec.get("identity") != tune_ident[arm]:', "if arm not in tune_ident:",
   "tests/integration/test_sweep.py -k carry_tuning"),
+ ("warm-up: demonstrations of held-out tasks", "seeupo/train/warmup.py",
+  '    tasks = family.tasks("train")\n    rng = random.Random(derive_seed(seed, "warmup-tasks"))',
+  '    tasks = family.tasks("train") + family.tasks("test")\n    rng = random.Random(derive_seed(seed, "warmup-tasks"))',
+  "tests/integration/test_rollout.py -k warmup_demonstrations"),
+ ("warm-up: the oracle source ignored", "seeupo/train/warmup.py",
+  "return env.oracle_action() if r.random() < oracle_prob else env.demo_action(r)",
+  "return env.demo_action(r)",
+  "tests/integration/test_rollout.py -k warmup_demonstrations"),
 ]
 
 

@@ -195,6 +195,13 @@ class OptimConfig(Strict):
 
 class WarmupConfig(Strict):
     enabled: Literal["auto", "on", "off"] = Field("auto", description="auto: on for the default model")
+    source: Literal["demo", "oracle"] = Field(
+        "demo", description="demo: format-only demonstrations (the environment's demo_action: calls chosen "
+        "without the answer); oracle: the environment's own expert (oracle_action: lookup's and trap's answer "
+        "path, TextWorld's winning policy from the current state, BFCL's ground-truth calls), on training tasks only")
+    oracle_prob: float = Field(1.0, ge=0, le=1, description="source=oracle: each turn takes the expert's action "
+                               "with this probability, else the format-only one (a partial expert: how much "
+                               "success the warm-up leaves the model with)")
     episodes: int = Field(256, ge=1, description="demonstration episodes")
     epochs: int = Field(1, ge=1, description="passes over the demonstrations")
     batch_episodes: int = Field(16, ge=1, description="episodes per optimizer step")

@@ -511,7 +511,9 @@ class Trainer:
 
     def _warmup(self) -> None:
         cfg = self.cfg
-        self._say(f"format warm-up: {cfg.warmup.episodes} demonstration episodes")
+        what = ("format" if cfg.warmup.source == "demo" else "expert" if cfg.warmup.oracle_prob == 1
+                else f"partial expert (p={cfg.warmup.oracle_prob:g})")
+        self._say(f"warm-up: {cfg.warmup.episodes} {what} demonstration episodes of training tasks")
         steps = cfg.warmup.epochs * -(-cfg.warmup.episodes // cfg.warmup.batch_episodes)
         tick, close = self._stage("warm-up (supervised steps)", steps)
         done = iter(range(1, steps + 1))

@@ -1,9 +1,12 @@
-"""Format warm-up: a short supervised stage on environment-generated demonstrations.
+"""Warm-up: a short supervised stage on environment-generated demonstrations of training tasks.
 
-The demonstrations come from the environment's ``demo_action``: format-correct tool calls whose
-tools and arguments are chosen without knowing the answer, so they teach the call format, not the
-solution. They run through the same episode runner as RL (same chat-template bookkeeping), and the
-loss is the mean negative log-likelihood of the demonstrated assistant tokens.
+``warmup.source=demo`` (the default): the environment's ``demo_action``, format-correct tool calls
+whose tools and arguments are chosen without knowing the answer, so they teach the call format, not
+the solution. ``warmup.source=oracle``: the environment's expert (``oracle_action``), each turn with
+probability ``warmup.oracle_prob`` (else the format-only action), so the model starts RL with some
+success and room to improve. Either way the tasks come from the ``train`` split only. They run
+through the same episode runner as RL (same chat-template bookkeeping), and the loss is the mean
+negative log-likelihood of the demonstrated assistant tokens.
 """
 
 from __future__ import annotations
@@ -28,12 +31,20 @@ from seeupo.train import parallel
 from seeupo.train.learner import adamw, adapter, model_device, planned_micro_batches, sharing, turn_adapters_of
 
 
-def demonstrations(chat, family, limits, *, n: int, seed: int):
+def demonstrations(chat, family, limits, *, n: int, seed: int, source: str = "demo", oracle_prob: float = 1.0):
+    """``n`` demonstration episodes on tasks drawn from the ``train`` split (never another)."""
     tasks = family.tasks("train")
     rng = random.Random(derive_seed(seed, "warmup-tasks"))
     jobs = [(rng.choice(tasks), i, 0, derive_seed(seed, "warmup", i)) for i in range(n)]
-    policy = ScriptedPolicy(lambda env, r: env.demo_action(r), chat.encode, chat.eos_id)
-    return run_episodes(policy, chat, family, jobs, limits)
+    if source == "oracle":
+        def act(env, r):
+            return env.oracle_action() if r.random() < oracle_prob else env.demo_action(r)
+    elif source == "demo":
+        def act(env, r):
+            return env.demo_action(r)
+    else:
+        raise ValueError(f"warm-up source {source!r}: demo or oracle")
+    return run_episodes(ScriptedPolicy(act, chat.encode, chat.eos_id), chat, family, jobs, limits)
 
 
 def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens: int, pack: int = 0,
@@ -66,7 +77,8 @@ def warmup(model, params, chat, family, limits, cfg, *, seed: int, budget_tokens
 
 def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pack, share, by_adapter, progress,
             cache, cache_key, say) -> dict:
-    episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed)
+    episodes = demonstrations(chat, family, limits, n=cfg.episodes, seed=seed, source=cfg.source,
+                              oracle_prob=cfg.oracle_prob)
     # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
     per_turn = by_adapter and turn_adapters_of(model) is not None
     share = sharing(share)

@@ -143,3 +143,30 @@ def test_a_groups_identical_prompts_prefill_once_and_sample_as_alone(tiny, chat)
         e = run_episodes(alone, chat, fam, [job], limits)[0]
         assert e.ids == together[k].ids
         assert max(abs(x - y) for x, y in zip(e.logp, together[k].logp)) < 1e-4
+
+
+def test_warmup_demonstrations_come_from_training_tasks_only_and_the_oracle_solves_them(chat):
+    """Every task that reaches the warm-up is a train-split task, for both sources (a test-split
+    task in the warm-up would leak the held-out answers into the model); the full expert solves each
+    lookup task and the format-only demonstrations almost never do; a partial expert sits between."""
+    from seeupo.train.warmup import demonstrations
+
+    fam = make_family("lookup", {})
+    made = []
+    real = fam.make
+
+    def make(task, *, seed):
+        made.append(task)
+        return real(task, seed=seed)
+
+    fam.make = make
+    limits = RolloutLimits(max_turns=4, max_new_tokens=64)
+    test_ids = {t.id for t in fam.tasks("test")}
+    rates = {}
+    for source, p in (("demo", 1.0), ("oracle", 1.0), ("oracle", 0.5)):
+        made.clear()
+        eps = demonstrations(chat, fam, limits, n=64, seed=3, source=source, oracle_prob=p)
+        assert made and all(t.split == "train" and t.id not in test_ids for t in made), {t.split for t in made}
+        rates[source, p] = sum(e.score for e in eps) / len(eps)
+    assert rates["oracle", 1.0] == 1.0
+    assert rates["demo", 1.0] < 0.2 and rates["demo", 1.0] < rates["oracle", 0.5] < 1.0, rates
