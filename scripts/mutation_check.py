@@ -230,6 +230,12 @@ M = [
   "return env.oracle_action() if r.random() < oracle_prob else env.demo_action(r)",
   "return env.demo_action(r)",
   "tests/integration/test_rollout.py -k warmup_demonstrations"),
+ ("history last:K: the fused factor pass over rows that are not prefixes", "seeupo/train/update.py",
+  "    if any(ends[j] < nat[i] or not torch.equal(", "    if False and any(ends[j] < nat[i] or not torch.equal(",
+  "tests/integration/test_reference.py -k bounded"),
+ ("history last:K: a turn row from the stream's start", "seeupo/data/episode.py",
+  "        return self.turn_starts[t] if self.turn_starts else 0", "        return 0",
+  "tests/integration/test_reference.py -k bounded"),
 ]
 
 

@@ -6,6 +6,11 @@ Row views for the learner:
 - trajectory rows: one row per episode, the whole token stream, loss on every generated token.
 - turn rows (turn pools): one row per (episode, turn), the stream cut at the end of that turn's
   response, loss on that turn's tokens only. Episodes that never reached turn ``t`` have no row.
+
+With bounded turn contexts (``rollout.history=last:K``) a turn's prompt is rendered afresh (system
+message, task, the last K exchanges, the current observation), so it is not a prefix of the next
+turn's: the stream then holds one segment per turn, ``ids[turn_starts[t]:turn_ends[t]]`` (that
+turn's prompt, then its response), a turn row is its segment, and there are no trajectory rows.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class Episode:
     turn_of: list[int] = field(default_factory=list)  # turn index of sampled tokens, -1 elsewhere
     logp: list[float] = field(default_factory=list)  # sampling log-prob of sampled tokens, 0 elsewhere
     turn_ends: list[int] = field(default_factory=list)  # position after each turn's last sampled token
+    # where each turn's row starts in ``ids``: empty (every turn's row starts at 0: one growing stream),
+    # or one start per turn (history=last:K: each turn's prompt is its own segment)
+    turn_starts: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)  # decoded responses, one per turn
     step_rewards: list[float] = field(default_factory=list)
     score: float = 0.0
@@ -57,6 +65,15 @@ class Episode:
     def n_turns(self) -> int:
         return len(self.turn_ends)
 
+    def row_start(self, t: int) -> int:
+        """Where turn ``t``'s row (its prompt, then its response) starts in ``ids``."""
+        return self.turn_starts[t] if self.turn_starts else 0
+
+    @property
+    def segmented(self) -> bool:
+        """A turn's prompt is not a prefix of the next turn's (``rollout.history=last:K``)."""
+        return any(self.turn_starts)
+
     @property
     def reward(self) -> float:
         return float(sum(self.step_rewards))
@@ -67,7 +84,8 @@ class Episode:
             raise ValueError(f"first_turns({n}): the episode has {self.n_turns} turns")
         end = self.turn_ends[n - 1]
         return replace(self, ids=self.ids[:end], gen_mask=self.gen_mask[:end], turn_of=self.turn_of[:end],
-                       logp=self.logp[:end], turn_ends=self.turn_ends[:n], texts=self.texts[:n],
+                       logp=self.logp[:end], turn_ends=self.turn_ends[:n], turn_starts=self.turn_starts[:n],
+                       texts=self.texts[:n],
                        step_rewards=self.step_rewards[:n])
 
     def append(self, ids: list[int], *, turn: int = -1, logp: list[float] | None = None) -> None:
@@ -136,6 +154,9 @@ def _pad(rows: list[tuple[list[int], list[int], list[float], int, int, list[int]
 
 
 def trajectory_rows(episodes: list[Episode], pad_id: int) -> Rows:
+    if any(e.segmented for e in episodes):
+        raise ValueError("episodes with bounded turn contexts (rollout.history=last:K) have no trajectory rows: "
+                         "a turn's tokens never saw the earlier turns' prompts; train on turn rows (algo.rows=turn)")
     return _pad([(e.ids, e.gen_mask, e.logp, i, -1, e.turn_of) for i, e in enumerate(episodes)], pad_id)
 
 
@@ -155,14 +176,16 @@ def turn_rows(episodes: list[Episode], pad_id: int, *, turns=None, alignment: st
             label = t if alignment == "from_start" else e.n_turns - 1 - t
             if turns is not None and label not in turns:
                 continue
-            mask = [int(m and k == t) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
-            out.append((e.ids[:end], mask, e.logp[:end], i, label, e.turn_of[:end]))
+            a = e.row_start(t)
+            mask = [int(m and k == t) for m, k in zip(e.gen_mask[a:end], e.turn_of[a:end])]
+            out.append((e.ids[a:end], mask, e.logp[a:end], i, label, e.turn_of[a:end]))
             flags.append(False)
         if placeholders_to and e.turn_ends:
             end, last = e.turn_ends[-1], e.n_turns - 1
-            mask = [int(m and k == last) for m, k in zip(e.gen_mask[:end], e.turn_of[:end])]
+            a = e.row_start(last)
+            mask = [int(m and k == last) for m, k in zip(e.gen_mask[a:end], e.turn_of[a:end])]
             for t in range(e.n_turns, placeholders_to):
-                out.append((e.ids[:end], mask, e.logp[:end], i, t, [-1] * end))
+                out.append((e.ids[a:end], mask, e.logp[a:end], i, t, [-1] * (end - a)))
                 flags.append(True)
     rows = _pad(out, pad_id)
     if placeholders_to:

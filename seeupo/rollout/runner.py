@@ -6,8 +6,17 @@ as the ids of the chat template's rendering *after* the tokens already in the st
 runner checks that the stream's text is a prefix of the template's rendering of the new history
 (a mismatch is counted in ``prefix_mismatches``, never re-tokenised away).
 
+Turn contexts: ``history=None`` (``rollout.history=full``) keeps one growing stream, every turn's
+prompt the whole transcript so far; ``history=K`` (``last:K``) renders each turn's prompt afresh
+from the environment's first messages (system prompt, task), the last K exchanges (a reply and the
+observation after it; K=0: the current observation alone), as agent trainers for ALFWorld and
+WebShop do, so a long game costs short rows. Each turn's prompt then starts a new segment of the
+episode's ids (``Episode.turn_starts``); earlier replies appear in it as the template renders their
+text (context, never trained on), the turn's own sampled ids are kept as sampled.
+
 Limits: ``max_turns`` (and the environment's own), ``max_new_tokens`` per turn, ``max_context``
-for the whole stream (a turn cut at the limit still fits its closing end-of-turn token), and
+for a turn's whole context (the stream, or with ``history=K`` the turn's segment; a turn cut at the
+limit still fits its closing end-of-turn token), and
 ``env_timeout_s`` for every environment call (make + reset, step, score). Each episode records why
 it ended: ``done`` (the environment ended it), ``max_turns``, ``context`` (no room for another turn),
 ``error`` (the environment raised) or ``timeout`` (an environment call ran past ``env_timeout_s``;
@@ -37,6 +46,7 @@ class RolloutLimits:
     max_new_tokens: int = 48
     max_context: int = 2048
     env_timeout_s: float | None = None  # per environment call; None: no limit
+    history: int | None = None  # None: the whole transcript; K: the last K exchanges (rollout.history=last:K)
 
 
 class EnvTimeout(TimeoutError):
@@ -104,6 +114,9 @@ class _Live:
     messages: list
     text: str  # the text of ep.ids
     gen: torch.Generator
+    start: int = 0  # where the current turn's prompt starts in ep.ids
+    initial: list | None = None  # history=K: the environment's first messages
+    exchanges: list | None = None  # history=K: per finished turn, its reply and the observation after it
 
 
 def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, int, int, int]],
@@ -127,13 +140,14 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
         envs.append(env)
         text = chat.render(messages, generation_prompt=True)
         ep.append(chat.encode(text))
-        live.append(_Live(ep, env, messages, text, torch.Generator().manual_seed(seed)))
+        live.append(_Live(ep, env, messages, text, torch.Generator().manual_seed(seed), initial=list(messages),
+                          exchanges=[]))
     for turn in range(limits.max_turns):
         batch = []
         for lv in live:
             if turn >= getattr(lv.env, "max_turns", limits.max_turns):
                 lv.ep.end_reason = "max_turns"
-            elif len(lv.ep.ids) + 1 >= limits.max_context:
+            elif len(lv.ep.ids) - lv.start + 1 >= limits.max_context:
                 lv.ep.end_reason = "context"
             else:
                 batch.append(lv)
@@ -144,13 +158,16 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             policy.begin_turn(turn)
         samples = policy.act([
             # one token of the context stays free: a reply cut at its limit gets a closing end-of-turn
-            Request(lv.ep.ids, lv.gen, min(limits.max_new_tokens, limits.max_context - len(lv.ep.ids) - 1), lv.env)
+            Request(lv.ep.ids[lv.start:] if lv.start else lv.ep.ids, lv.gen,
+                    min(limits.max_new_tokens, limits.max_context - (len(lv.ep.ids) - lv.start) - 1), lv.env)
             for lv in batch])
         live = []
         for lv, smp in zip(batch, samples):
             ep = lv.ep
             ep.append(smp.ids, turn=turn, logp=smp.logp)
             ep.turn_ends.append(len(ep.ids))
+            if limits.history is not None:
+                ep.turn_starts.append(lv.start)
             body = smp.ids[:-1] if smp.finished else smp.ids
             reply = chat.decode(body)
             ep.texts.append(reply)
@@ -171,6 +188,17 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
                     ep.counts[k[6:]] = ep.counts.get(k[6:], 0) + v
             if res.done:
                 ep.end_reason = "done"
+                continue
+            if limits.history is not None:  # the next turn's prompt, rendered afresh: a new segment
+                lv.exchanges.append([{"role": "assistant", "content": reply}] + res.observation)
+                recent = [m for ex in lv.exchanges[-limits.history:] for m in ex] if limits.history else res.observation
+                prompt = chat.encode(chat.render(lv.initial + recent, generation_prompt=True))
+                if len(prompt) + 1 >= limits.max_context:
+                    ep.end_reason = "context"  # the next prompt and a turn do not fit
+                    continue
+                lv.start = len(ep.ids)
+                ep.append(prompt)
+                live.append(lv)
                 continue
             stream = lv.text + chat.decode(smp.ids)
             if not smp.finished:  # close the turn so the template can go on (not trained on)

@@ -5,6 +5,7 @@ time with the fix in the message. The resolved config is saved in every run fold
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from dataclasses import replace
 from typing import Any, Literal, Optional, Union
@@ -70,6 +71,22 @@ class RolloutConfig(Strict):
     batch_size: int = Field(64, ge=1, description="most episodes generated together")
     prefix_cache: bool = Field(True, description="hf backend: keep each episode's KV cache from one turn to the next "
                                "(a turn pre-fills only its new tokens)")
+    history: str = Field("full", description="a turn's prompt: full (the whole transcript so far, one growing "
+                         "stream) or last:K (the environment's first messages, i.e. system prompt and task, then the "
+                         "last K exchanges, each a reply and the observation after it; last:0: the current observation "
+                         "alone): bounded contexts, one short row per turn; needs turn rows (algo.rows=turn for joint "
+                         "algorithms; not PPO's GAE or buckets:B)")
+
+    @field_validator("history")
+    @classmethod
+    def _history(cls, v: str) -> str:
+        if v != "full" and not re.fullmatch(r"last:\d+", v):
+            raise ValueError(f"rollout.history={v!r}: full or last:K with K >= 0 (e.g. last:2)")
+        return v
+
+    def history_k(self) -> Optional[int]:
+        """None for the whole transcript, else K (the exchanges a turn's prompt keeps)."""
+        return None if self.history == "full" else int(self.history.split(":")[1])
 
 
 SCHEDULE_KEYS = ("epochs", "minibatches", "clip_eps", "clip_eps_high")
@@ -285,6 +302,18 @@ class Config(Strict):
             if self.algo.turn_alignment != "from_start" or self.algo.placeholders:
                 raise ValueError(f"{ta} needs algo.turn_alignment=from_start and no algo.placeholders (a row's turn "
                                  "index names its adapter)")
+        if self.rollout.history != "full":
+            h = f"rollout.history={self.rollout.history}"
+            if algo.estimator == "gae":
+                raise ValueError(f"{h}: PPO's GAE update trains trajectory rows, and with bounded turn contexts a "
+                                 "turn's row is its own prompt and reply; use rollout.history=full or a critic-free "
+                                 "algorithm")
+            if not algo.sequential and self.algo.effective_order() == "joint" and self.algo.rows != "turn":
+                raise ValueError(f"{h}: {self.algo.name} on trajectory rows needs one stream per episode; set "
+                                 "algo.rows=turn (one row per turn, each its own prompt and reply)")
+            if is_segmented(self.algo.effective_order()):
+                raise ValueError(f"{h} cannot be combined with algo.order={self.algo.order} (a bucket's segment row "
+                                 "is one stream over several turns)")
         order = self.algo.order
         if isinstance(order, list) and sorted(order) != list(range(self.rollout.max_turns)):
             raise ValueError(f"algo.order={order} must list every turn index 0..{self.rollout.max_turns - 1} once "

@@ -229,7 +229,7 @@ class Trainer:
         self.optimizer = adamw(self.params, cfg.optim.lr, cfg.optim.weight_decay)
         self.chat = Chat(self.tokenizer)
         self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context,
-                                    env_timeout_s=cfg.env.timeout_s)
+                                    env_timeout_s=cfg.env.timeout_s, history=cfg.rollout.history_k())
         self._weights_version = 0  # bumped whenever the learner changes the weights (the vLLM engine follows)
         if cfg.rollout.backend == "vllm":
             self.sampler = self._vllm_sampler()

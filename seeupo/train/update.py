@@ -111,11 +111,17 @@ def joint_update(ctx: UpdateContext, rows: Rows, adv: torch.Tensor, *, returns=N
 def _continuation(rows: Rows, prev: Rows, prev_turns: list[int]) -> tuple[Continuation, torch.Tensor] | None:
     """What follows each row of this phase in the previous phase's row of the same episode (that row
     holds this one as a prefix): the tokens up to the end of the previous phase's turns, with those
-    turns' tokens marked for scoring and their sampling log-probs. None if no row continues."""
+    turns' tokens marked for scoring and their sampling log-probs. None if no row continues, or if
+    some row is not a prefix of its episode's previous-phase row (bounded turn contexts,
+    ``rollout.history=last:K``: each turn's prompt is rendered afresh), where the factor is scored by
+    its own pass instead."""
     where = {int(e): j for j, e in enumerate(prev.episode.tolist())}
     nat = rows.attention_mask.sum(-1).tolist()
     ends = prev.attention_mask.sum(-1).tolist()
     spans = [(i, where[int(e)]) for i, e in enumerate(rows.episode.tolist()) if int(e) in where]
+    if any(ends[j] < nat[i] or not torch.equal(prev.input_ids[j, : nat[i]], rows.input_ids[i, : nat[i]])
+           for i, j in spans):
+        return None
     E = max((ends[j] - nat[i] for i, j in spans), default=0)
     if E <= 0:
         return None

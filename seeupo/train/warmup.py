@@ -82,7 +82,9 @@ def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pa
     # with turn adapters each turn trains its own adapter: one row per turn (the same tokens and loss)
     per_turn = by_adapter and turn_adapters_of(model) is not None
     share = sharing(share)
-    rows = (turn_rows if per_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
+    # bounded turn contexts (history=last:K): each turn's row is its own prompt and reply
+    by_turn = per_turn or any(e.segmented for e in episodes)
+    rows = (turn_rows if by_turn else trajectory_rows)(episodes, chat.tok.pad_token_id)
     path = None
     if cache and parallel.world() == 1:  # (several processes: each holds a shard; not cached)
         key = _cache_key(model, params, rows, cfg, family, seed=seed, budget_tokens=budget_tokens, pack=pack,
@@ -109,7 +111,7 @@ def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pa
     for _ in range(cfg.epochs):
         perm = torch.randperm(len(episodes), generator=gen)
         for chunk in perm.split(cfg.batch_episodes):
-            batch = rows.select(torch.nonzero(torch.isin(rows.episode, chunk)).squeeze(-1) if per_turn else chunk)
+            batch = rows.select(torch.nonzero(torch.isin(rows.episode, chunk)).squeeze(-1) if by_turn else chunk)
             n_tok = float(batch.loss_mask.sum())
             opt.zero_grad(set_to_none=True)
             total = 0.0

@@ -37,17 +37,40 @@ def episodes(tiny, chat):
     return cut
 
 
+@pytest.fixture(scope="module")
+def episodes_last1(tiny, chat):
+    """The same jobs with bounded turn contexts (rollout.history=last:1): each turn's prompt is the
+    task and the last exchange, rendered afresh, so no turn's row is a prefix of the next one's."""
+    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
+    tasks = fam.tasks("train")[:3]
+    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
+    jobs = [(t, i, g, derive_seed(11, i, g)) for i, t in enumerate(tasks) for g in range(3)]
+    eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8, history=1))
+    cut = [e if i % 3 == 0 else e.first_turns(max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
+    assert sorted({e.n_turns for e in cut}) == [1, 2, 3], [e.n_turns for e in cut]
+    three = next(e for e in cut if e.n_turns == 3)
+    rows = [three.ids[start(three, t):three.turn_ends[t]] for t in range(3)]
+    assert rows[2][: len(rows[1])] != rows[1]  # not a prefix: the fused factor pass cannot apply
+    return cut
+
+
+def start(e, t: int) -> int:
+    """Where turn ``t``'s context starts in the episode's ids (0: one growing stream)."""
+    return e.turn_starts[t] if e.turn_starts else 0
+
+
 def turn_logp(model, e, t: int) -> torch.Tensor:
-    """Log-probs of turn ``t``'s generated tokens, from one forward over the episode up to the end of
-    that turn: the decoder's last hidden states, then the full ``[vocab]`` logits and log-softmax at
-    each position that predicts one of the turn's tokens."""
-    end = e.turn_ends[t]
-    ids = torch.tensor(e.ids[:end]).unsqueeze(0)
+    """Log-probs of turn ``t``'s generated tokens, from one forward over the turn's context (the
+    episode up to the end of that turn, or with bounded contexts that turn's own prompt and reply):
+    the decoder's last hidden states, then the full ``[vocab]`` logits and log-softmax at each
+    position that predicts one of the turn's tokens."""
+    a, end = start(e, t), e.turn_ends[t]
+    ids = torch.tensor(e.ids[a:end]).unsqueeze(0)
     hidden = model.model(input_ids=ids).last_hidden_state[0]
     out = []
-    for j in range(1, end):
+    for j in range(a + 1, end):
         if e.gen_mask[j] and e.turn_of[j] == t:
-            logits = model.lm_head(hidden[j - 1]).float()
+            logits = model.lm_head(hidden[j - 1 - a]).float()
             out.append(torch.log_softmax(logits, -1)[e.ids[j]])
     return torch.stack(out)
 
@@ -151,6 +174,25 @@ def test_sequential_update_matches_the_independent_reference(tiny, episodes, ord
     assert d["factor_min"] == pytest.approx(float(f.min()), rel=1e-5)
     assert d["factor_max"] == pytest.approx(float(f.max()), rel=1e-5)
     assert float(f.max() - f.min()) > 1e-3  # the factor differs between episodes at the last phase
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("order", ["reverse", "natural"])
+def test_bounded_turn_contexts_match_the_independent_reference(tiny, episodes_last1, order, fuse):
+    """rollout.history=last:1: each turn row is its own prompt and reply; the factor is scored by its
+    own pass where the fused continuation cannot apply (fuse=True falls back), matching the
+    reference to 1e-6 either way."""
+    pad = tiny.tokenizer.pad_token_id
+    kw = dict(order=order, ratio_reference="sampling", factor_ratio="geometric", factor_clip=None)
+    ref, M = reference_iteration(tiny.model, episodes_last1, ADV, **kw)
+    for budget, share in [(4096, True)] + ([(1, False)] if (order, fuse) == ("reverse", True) else []):
+        lib, metrics, per_turn = library_iteration(tiny.model, episodes_last1, ADV, pad, budget=budget, share=share,
+                                                   fuse=fuse, **kw)
+        assert max_gap(ref, lib) < 1e-6, (budget, share, max_gap(ref, lib))
+    assert not any(d.get("fused") for d in per_turn.values())
+    assert max_gap(ref, tiny.model) > 1e-3
+    off, _ = reference_iteration(tiny.model, episodes_last1, ADV, **{**kw, "factor_ratio": "off"})
+    assert max_gap(ref, off) > 1e-5  # the factor matters on these rows too
 
 
 @pytest.mark.parametrize("factor_ratio", ["full", "geometric"])

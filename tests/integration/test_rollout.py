@@ -170,3 +170,38 @@ def test_warmup_demonstrations_come_from_training_tasks_only_and_the_oracle_solv
         rates[source, p] = sum(e.score for e in eps) / len(eps)
     assert rates["oracle", 1.0] == 1.0
     assert rates["demo", 1.0] < 0.2 and rates["demo", 1.0] < rates["oracle", 0.5] < 1.0, rates
+
+
+def test_bounded_turn_contexts_render_each_prompt_from_the_task_and_the_last_exchanges(chat):
+    """rollout.history=last:K: turn t's row is the template's rendering of the environment's first
+    messages plus the last K exchanges (K=0: the current observation), then the turn's sampled ids;
+    a turn row is that segment, and the sequence of rows holds every reply exactly once."""
+    fam = make_family("lookup", {"hops_min": 3, "hops_max": 3})
+    tasks = fam.tasks("test")[:3]
+    full = run_episodes(scripted(chat, lambda env, rng: env.oracle_action()), chat, fam, jobs(tasks), RolloutLimits())
+    for k in (0, 1, 2):
+        eps = run_episodes(scripted(chat, lambda env, rng: env.oracle_action()), chat, fam, jobs(tasks),
+                           RolloutLimits(history=k))
+        for e, f in zip(eps, full):
+            assert e.n_turns == f.n_turns == 4 and e.score == 1.0 and e.texts == f.texts and e.segmented
+            env = fam.make(fam.tasks("test")[[t.id for t in tasks].index(e.task_id)], seed=0)
+            initial = env.reset()
+            exchanges = []
+            rows = turn_rows([e], 0)
+            for t in range(e.n_turns):
+                recent = [m for ex in exchanges[-k:] for m in ex] if k else (exchanges[-1][1:] if exchanges else [])
+                prompt = chat.encode(chat.render(initial + recent, generation_prompt=True))
+                row = rows.input_ids[t, : int(rows.attention_mask[t].sum())].tolist()
+                reply = chat.encode(e.texts[t]) + [chat.eos_id]
+                assert row == prompt + reply, (k, t)
+                assert rows.loss_mask[t].sum() == len(reply)
+                res = env.step(e.texts[t])
+                exchanges.append([{"role": "assistant", "content": e.texts[t]}] + res.observation)
+            # the last turn's row is shorter than the whole transcript's
+            assert rows.attention_mask[-1].sum() < f.turn_ends[-1]
+        try:
+            trajectory_rows(eps, 0)
+        except ValueError as err:
+            assert "algo.rows=turn" in str(err)
+        else:
+            raise AssertionError("segmented episodes gave trajectory rows")

@@ -27,6 +27,23 @@ def test_every_algorithm_runs_two_iterations(tmp_path, algo):
     assert summary["trainable_param_l2"] > 0
 
 
+@pytest.mark.parametrize("algo,history", [("seeupo", "last:1"), ("seeupo", "last:0"), ("grpo", "last:1")])
+def test_bounded_turn_contexts_train(tmp_path, algo, history):
+    """rollout.history=last:K end to end (warm-up, evaluation, updates on turn rows), GRPO on turn rows.
+    With last:0 no turn's row is a prefix of the next one's: SeeUPO's factor by its own scoring pass
+    (with last:1 on these 2-turn tasks turn 1's prompt still holds all of turn 0, and the fused pass
+    applies where it is exact)."""
+    cfg = load_config("tiny", [*SMALL, f"algo.name={algo}", f"rollout.history={history}", "run.iterations=2",
+                               f"run.out={tmp_path}", *(["algo.rows=turn"] if algo == "grpo" else [])])
+    summary = Trainer(cfg).run()
+    train = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if "reward_mean" in r]
+    assert summary["iterations"] == 2 and summary["trainable_param_l2"] > 0
+    assert any(r["episode/turns"] > 1 for r in train)  # several turns, so several segments per episode
+    if history == "last:0":
+        assert not any(d.get("fused") for r in train for d in r["turn"].values())
+
+
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, one_thread, monkeypatch):
     import importlib.metadata as md
 

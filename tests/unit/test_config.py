@@ -41,6 +41,11 @@ def test_overrides_are_typed():
     ("model.turn_adapters=per_turn rollout.backend=vllm model.lora=false", "needs LoRA turn adapters"),
     ("model.turn_embedding=true rollout.backend=vllm", "needs LoRA turn adapters"),
     ("algo.order=buckets:2 algo.turn_alignment=from_end", "needs algo.turn_alignment=from_start"),
+    ("rollout.history=last", "full or last:K with K >= 0"),
+    ("rollout.history=last:-1", "full or last:K with K >= 0"),
+    ("rollout.history=last:1 algo.name=grpo", "set algo.rows=turn"),
+    ("rollout.history=last:1 algo.name=ppo", "PPO's GAE update"),
+    ("rollout.history=last:1 algo.order=buckets:2", "cannot be combined"),
     ("nonsense", "section.key=value"),
 ])
 def test_bad_config_fails_with_the_fix(override, message):
