@@ -236,6 +236,13 @@ M = [
  ("history last:K: a turn row from the stream's start", "seeupo/data/episode.py",
   "        return self.turn_starts[t] if self.turn_starts else 0", "        return 0",
   "tests/integration/test_reference.py -k bounded"),
+ ("textworld: outcome rewards left where they arrived", "seeupo/rollout/runner.py",
+  'if getattr(family, "reward_at_end", False) and ep.step_rewards:', 'if False and ep.step_rewards:',
+  "tests/integration/test_textworld.py -k reward_options"),
+ ("textworld: progress reward not scaled by the walkthrough", "seeupo/envs/textworld.py",
+  "reward = float(self.state.intermediate_reward or 0) / self.walkthrough",
+  "reward = float(self.state.intermediate_reward or 0)",
+  "tests/integration/test_textworld.py -k reward_options"),
 ]
 
 

@@ -3,7 +3,9 @@ r"""``textworld``: text adventure games generated locally by TextWorld (``seeupo
 Each task is a game generated from a seed (rooms, objects and quest length are options) and
 compiled once into the seeupo cache. The model reads the objective and the room, and replies with
 one command per message; the reward is the game's score normalised to [0, 1] (the change in score
-after each command, so an episode's rewards sum to its final normalised score). With
+after each command, so an episode's rewards sum to its final normalised score; ``reward: outcome``
+gives the whole sum on the episode's last turn instead, however the episode ended; ``reward:
+progress`` is TextWorld's own intermediate reward, a step towards or away from the goal). With
 ``admissible: true`` every observation lists the commands the game accepts there.
 
 A command the game does not accept in that state (not among its admissible commands) is answered
@@ -26,6 +28,8 @@ import random
 import re
 import tempfile
 from pathlib import Path
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,6 +61,13 @@ class TextWorldOptions(BaseModel):
     train_tasks: int = Field(64, ge=1, description="games in the train split")
     test_tasks: int = Field(16, ge=1, description="games in the held-out test split")
     seed: int = Field(0, description="seed of the game sets")
+    reward: Literal["score_delta", "outcome", "progress"] = Field(
+        "score_delta", description="score_delta: each command's reward is the change in the game's normalised "
+        "score (on generated one-quest games the score moves only at the win, so this equals outcome); outcome: "
+        "0 until the episode's last turn, which gets the final normalised score; progress: TextWorld's own "
+        "intermediate reward (+1 a step closer to the goal along its winning policy, -1 farther, 0 neither) "
+        "divided by the walkthrough's length at the start, so rewards arrive during the game and a won game "
+        "walked straight sums to 1 (a lost or unfinished one gets its net progress)")
 
 
 def game_seed(opts: TextWorldOptions, split: str, index: int) -> int:
@@ -117,7 +128,8 @@ class TextWorldEnv(Env):
         self.task, self.opts = task, opts
         self.max_turns = opts.max_steps
         infos = tw.EnvInfos(admissible_commands=True, policy_commands=True, max_score=True, score=True,
-                            won=True, lost=True, objective=True, description=True)
+                            won=True, lost=True, objective=True, description=True,
+                            intermediate_reward=opts.reward == "progress")
         self.game = tw.start(str(game_path(opts, task.data["game_seed"])), request_infos=infos)
         self.state = None
         self.last_score = 0
@@ -132,6 +144,7 @@ class TextWorldEnv(Env):
     def reset(self) -> list[Message]:
         self.state = self.game.reset()
         self.last_score = 0
+        self.walkthrough = max(len(self.state.policy_commands or ()), 1)  # reward=progress: its scale
         text = (f"{INSTRUCTIONS}\n\nGoal: {self.state.objective.strip()}\n\n{self.state.description.strip()}"
                 f"{self._listing()}")
         return [{"role": "user", "content": text}]
@@ -149,6 +162,8 @@ class TextWorldEnv(Env):
         self.state, _, done = self.game.step(cmd)
         max_score = max(self.state.max_score or 1, 1)
         reward = (self.state.score - self.last_score) / max_score
+        if self.opts.reward == "progress":
+            reward = float(self.state.intermediate_reward or 0) / self.walkthrough
         self.last_score = self.state.score
         done = bool(done or self.state.won or self.state.lost)
         feedback = re.split(r"\n\s*>", self.state.feedback)[0].strip()  # drop the prompt and status line
@@ -183,6 +198,7 @@ class TextWorldFamily(EnvFamily):
     def __init__(self, **options):
         self.opts = TextWorldOptions(**options)
         require_textworld()
+        self.reward_at_end = self.opts.reward == "outcome"  # the runner moves the rewards to the last turn
 
     def tasks(self, split: str) -> list[Task]:
         return self._sized_split(split, {"train": self.opts.train_tasks, "test": self.opts.test_tasks},

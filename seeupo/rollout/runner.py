@@ -23,6 +23,9 @@ it ended: ``done`` (the environment ended it), ``max_turns``, ``context`` (no ro
 the call is abandoned in its daemon thread and the episode's environment is never used again).
 Errors and timeouts end only their episode; the trainer leaves such episodes out of the loss.
 
+A family with ``reward_at_end`` (TextWorld's ``reward: outcome``) has each episode's rewards moved
+to its last turn once it ends (the same total; ended by the game, the turn limit or the context).
+
 Per turn, ``info["tool_error"]`` counts at most one error (rates are per turn, at most 1) and
 ``info["extra_calls"]`` (calls beyond the one the environment acted on) is summed per episode.
 """
@@ -231,6 +234,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             try:  # also after a crash in step: scoring releases the environment's resources (BFCL)
                 score = float(call_with_timeout(env.score, limits.env_timeout_s, "score"))
                 ep.score = 0.0 if ep.faulted else score  # an evaluation counts a faulted episode as failed
+                if getattr(family, "reward_at_end", False) and ep.step_rewards:  # outcome-only rewards: the
+                    ep.step_rewards = [0.0] * (len(ep.step_rewards) - 1) + [ep.reward]  # total on the last turn
             except Exception as e:
                 if not ep.faulted:
                     _fault(ep, e, "score")

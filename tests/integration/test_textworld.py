@@ -66,3 +66,44 @@ def test_train_runs_on_textworld(tmp_path):
     assert summary["env"] == "textworld" and summary["iterations"] == 2
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum("reward_mean" in r for r in records) == 2
+
+
+def test_reward_options_outcome_and_progress(tmp_path, monkeypatch, chat):
+    """env.options.reward: outcome gives an episode's total on its last turn; on these generated
+    one-quest games the score moves only at the win, so score_delta is the same; progress (TextWorld's
+    intermediate reward over the walkthrough's length) rewards each step of the expert's path, 1 in
+    all, and a cut-short expert episode its part of the way with score 0. TextWorld's expert (the
+    warm-up's oracle source) wins every training game."""
+    from seeupo.data.episode import derive_seed
+    from seeupo.rollout.runner import RolloutLimits, run_episodes
+    from seeupo.rollout.sampler import ScriptedPolicy
+    from seeupo.train.warmup import demonstrations
+
+    monkeypatch.setenv("SEEUPO_CACHE", str(tmp_path))
+    opts = {"train_tasks": 2, "test_tasks": 1, "quest_length": 3, "rooms": 2, "objects": 2}
+    oracle = ScriptedPolicy(lambda env, rng: env.oracle_action(), chat.encode, chat.eos_id)
+    runs = {}
+    for reward in ("score_delta", "outcome", "progress"):
+        fam = make_family("textworld", {**opts, "reward": reward})
+        jobs = [(t, i, 0, derive_seed(0, t.id)) for i, t in enumerate(fam.tasks("train"))]
+        runs[reward] = [run_episodes(oracle, chat, fam, jobs, RolloutLimits(max_turns=m, max_new_tokens=16))
+                        for m in (8, 2)]
+    for limit in (0, 1):
+        for a, b, c in zip(*(runs[r][limit] for r in runs)):
+            assert a.score == b.score == c.score and a.texts == b.texts == c.texts
+            assert a.step_rewards == b.step_rewards  # the score moves at the win only
+            assert all(r == 0 for r in b.step_rewards[:-1]) and b.step_rewards[-1] == b.score
+    for e in runs["progress"][0]:  # the whole walkthrough: a step closer each turn
+        assert e.score == 1.0 and e.end_reason == "done" and e.n_turns == 3
+        assert e.step_rewards == pytest.approx([1 / 3] * 3)
+    for e in runs["progress"][1]:  # two of three commands: two thirds of the way, no score
+        assert e.end_reason == "max_turns" and e.score == 0.0 and e.step_rewards == pytest.approx([1 / 3] * 2)
+    # the runner's move to the last turn, seen where it changes something: progress rewards, moved
+    fam = make_family("textworld", {**opts, "reward": "progress"})
+    fam.reward_at_end = True
+    jobs = [(t, i, 0, derive_seed(0, t.id)) for i, t in enumerate(fam.tasks("train"))]
+    for e in run_episodes(oracle, chat, fam, jobs, RolloutLimits(max_turns=2, max_new_tokens=16)):
+        assert e.step_rewards == pytest.approx([0, 2 / 3])
+    fam = make_family("textworld", opts)
+    eps = demonstrations(chat, fam, RolloutLimits(max_turns=8, max_new_tokens=16), n=4, seed=0, source="oracle")
+    assert all(e.score == 1.0 for e in eps)
