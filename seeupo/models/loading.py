@@ -85,18 +85,26 @@ def resolve(name: str) -> str:
 
 
 def tiny_config(spec: str, vocab_size: int):
-    """A small Llama config: ``tiny-random`` = 2 layers x 64 hidden; ``tiny-random:4x128`` etc."""
-    from transformers import LlamaConfig
+    """A small random-weight config: ``tiny-random`` = a Llama of 2 layers x 64 hidden;
+    ``tiny-random:4x128`` etc.; ``tiny-random-qwen3[:LxH]`` and ``tiny-random-qwen2[:LxH]`` the same
+    sizes in the Qwen3 / Qwen2 architectures (a GPU preset's model family, run end to end on a CPU)."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
+    archs = {"": LlamaConfig, "-qwen2": Qwen2Config, "-qwen3": Qwen3Config}
+    head, _, size = spec.partition(":")
+    arch = head[len(TINY_PREFIX):]
+    if not head.startswith(TINY_PREFIX) or arch not in archs:
+        raise ValueError(f"tiny model spec {spec!r}: expected 'tiny-random[-qwen2|-qwen3][:<layers>x<hidden>]'")
     layers, hidden = 2, 64
-    if ":" in spec:
+    if size:
         try:
-            layers, hidden = (int(x) for x in spec.split(":", 1)[1].split("x"))
+            layers, hidden = (int(x) for x in size.split("x"))
         except ValueError:
-            raise ValueError(f"tiny model spec {spec!r}: expected 'tiny-random:<layers>x<hidden>'") from None
-    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+            raise ValueError(f"tiny model spec {spec!r}: expected 'tiny-random[-qwen2|-qwen3][:<layers>x<hidden>]'") from None
+    extra = {"head_dim": hidden // 4} if arch == "-qwen3" else {}
+    return archs[arch](vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=4096, tie_word_embeddings=True, rms_norm_eps=1e-6)
+                       max_position_embeddings=4096, tie_word_embeddings=True, rms_norm_eps=1e-6, **extra)
 
 
 def _looks_like_path(name: str) -> bool:

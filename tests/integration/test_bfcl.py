@@ -146,3 +146,21 @@ def test_train_runs_on_bfcl(tmp_path):
     train = [r for r in records if "reward_mean" in r]
     assert len(train) == 1 and train[0]["optimizer_steps"] >= 1
     assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "seeupo"
+
+
+def test_the_gpu_preset_runs_end_to_end_on_a_cpu_with_a_random_model_of_its_architecture(tmp_path):
+    """--preset bfcl_gpu (Qwen3 + LoRA, vLLM, the oracle warm-up, the paper's KL) with only what a CPU
+    needs changed: a random Qwen3 of 2 layers, the HF sampler, float32, sizes shrunk; one iteration."""
+    res = CliRunner().invoke(app, ["train", "--preset", "bfcl_gpu", "--steps", "1", "--out", str(tmp_path),
+                                   "model.name=tiny-random-qwen3", "rollout.backend=hf", "run.device=cpu",
+                                   "model.dtype=float32", "warmup.episodes=4", "warmup.batch_episodes=2",
+                                   "rollout.tasks_per_iteration=2", "rollout.group_size=2", "rollout.max_turns=3",
+                                   "rollout.max_new_tokens=16", "optim.micro_batch_tokens=4096", "eval.tasks=1",
+                                   "eval.k=1", "run.loggers=[jsonl]"])
+    assert res.exit_code == 0, res.output
+    cfg = load_config(str(tmp_path / "config.yaml"))
+    assert cfg.model.lora and cfg.warmup.source == "oracle" and cfg.algo.kl_coef == 0.002
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["warmup"]
+    train = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in train if "reward_mean" in r] == [0]

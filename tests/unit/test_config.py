@@ -54,7 +54,7 @@ def test_bad_config_fails_with_the_fix(override, message):
 
 
 def test_unknown_preset_lists_the_available_ones():
-    with pytest.raises(ConfigError, match="available: authors_code, default, tiny"):
+    with pytest.raises(ConfigError, match="available: authors_code, bfcl_gpu, default, tiny"):
         load_config("huge")
 
 
