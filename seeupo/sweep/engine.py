@@ -564,8 +564,8 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
 
 def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
     """Each tuned arm's best trial: ``{arm: {"params", "value", "trials", "overrides", "scores"}}``
-    (``scores``: every completed tuning trial's number, parameters and value; arms without a completed
-    trial are left out)."""
+    (``scores``: every completed tuning trial's completion time, parameters and value; a tie goes to
+    the trial that completed first; arms without a completed trial are left out)."""
     from optuna.trial import TrialState
 
     from seeupo.sweep.experiment import _yaml
@@ -576,18 +576,25 @@ def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
         done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         if not done:
             continue
-        best = max(done, key=lambda t: (t.value, -_number(t)))  # a tie: the earlier trial
+        best = min(done, key=lambda t: (-t.value, completed_at(t), trial_uid(t)))  # a tie: the earlier one
         out[arm] = {"params": best.params, "value": best.value, "trials": len(done),
                     "overrides": [*overrides, *(f"{k}={_yaml(v)}" for k, v in best.params.items())],
-                    # every tuning trial's score, in the order the study ran them
-                    "scores": [{"number": _number(t), "params": t.params, "value": t.value}
-                               for t in sorted(done, key=_number)]}
+                    # every tuning trial's score, in the order they completed
+                    "scores": [{"completed": completed_at(t), "params": t.params, "value": t.value}
+                               for t in sorted(done, key=lambda t: (completed_at(t), trial_uid(t)))]}
     return out
 
 
-def _number(trial) -> int:
-    """A tuning trial's number in the study that ran it (one restored from --records keeps its own)."""
-    return int(trial.user_attrs.get("number", trial.number))
+def trial_uid(trial) -> str:
+    """A completed tuning trial's identity across machines: set when it is restored from --records,
+    else from when it started and its number in the study that ran it (numbers alone repeat: a study
+    restored elsewhere numbers its new trials from its own count)."""
+    return str(trial.user_attrs.get("uid") or f"{trial.datetime_start:%Y%m%dT%H%M%S.%f}-{trial.number}")
+
+
+def completed_at(trial) -> str:
+    """When a completed tuning trial completed, where it ran (kept by a restore): the tie-break."""
+    return str(trial.user_attrs.get("completed") or trial.datetime_complete.isoformat())
 
 
 def choose_tuned(spec: SweepSpec) -> dict[str, dict]:

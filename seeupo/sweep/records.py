@@ -11,8 +11,8 @@ and overrides); a trial is restored only when its arm's list is unchanged, so an
 since does not pass stale results off as its own.
 
 An experiment that tunes arms (``tune:``) carries its tuning too: each completed tuning trial's
-folders (``tune/ARM/HASH/seed-S``, one per tuning seed), its parameters, score and number in the
-study. ``restore`` adds those trials to the arm's tuning study (so the budget
+folders (``tune/ARM/HASH/seed-S``, one per tuning seed), its parameters, score, identity and
+completion time. ``restore`` adds those trials to the arm's tuning study (so the budget
 counts them and TPE sees them), and once every tuned arm's budget is used it chooses the tuned
 configurations as the sweep would (``tuned.json``) and restores the tuned arms' comparison trials
 whose configuration is the chosen one. A tuned arm's tuning is restored only when its overrides,
@@ -79,10 +79,10 @@ def packed(records: Path, name: str) -> set[tuple[str, int]]:
     return {key for part in parts(records, name) for key in _read(part)[1]}
 
 
-def packed_tuning(records: Path, name: str) -> set[tuple[str, int, str]]:
-    """The (tuned arm, trial number in the study that ran it, parameters' hash) of every tuning trial
-    some part named ``name`` holds."""
-    return {(arm, t["number"], t["key"]) for part in parts(records, name)
+def packed_tuning(records: Path, name: str) -> set[tuple[str, str]]:
+    """The (tuned arm, trial identity: ``engine.trial_uid``) of every tuning trial some part named
+    ``name`` holds."""
+    return {(arm, t["uid"]) for part in parts(records, name)
             for arm, rec in (_read(part)[0].get("tune") or {}).items() for t in rec["trials"]}
 
 
@@ -145,11 +145,13 @@ def _write(folder: Path, files: dict[str, bytes]) -> None:
 
 def _restore_tuning(spec, part: Path, arm: str, t: dict, tuning: dict) -> int:
     """One packed tuning trial: its seeds' folders written where unfinished, and the trial added to
-    the arm's tuning study (with its original number) unless the study has it already. Returns 1 when added."""
+    the arm's tuning study (with its identity and completion time) unless the study has it already
+    (checked and added under the sweep folder's queue lock: machines sharing a study restore at once).
+    Returns 1 when added."""
     import optuna
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _number, _params_key, _tune_study, finished_value
+    from seeupo.sweep.engine import _params_key, _queue_lock, _tune_study, finished_value, trial_uid
 
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     params, key = t["params"], t["key"]
@@ -163,14 +165,15 @@ def _restore_tuning(spec, part: Path, arm: str, t: dict, tuning: dict) -> int:
             raise ValueError(f"{part}: tuning trial {arm}/{key}/seed-{s} lacks {sorted(set(FILES) - set(files))}")
         if not (folder / f"seed-{s}" / "summary.json").exists():
             _write(folder / f"seed-{s}", files)
-    study = _tune_study(spec, arm)
-    if any(x.state == TrialState.COMPLETE and _number(x) == t["number"] and x.params == params
-           for x in study.get_trials(deepcopy=False)):
-        return 0
     value = sum(finished_value(spec, folder / f"seed-{s}") for s in seeds) / len(seeds)
     dists = {k: optuna.distributions.CategoricalDistribution(space[k]) for k in params}
-    study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value,
-                                              user_attrs={"restored": part.name, "number": t["number"]}))
+    with _queue_lock(spec):
+        study = _tune_study(spec, arm)
+        if any(x.state == TrialState.COMPLETE and trial_uid(x) == t["uid"] for x in study.get_trials(deepcopy=False)):
+            return 0
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dists, value=value,
+            user_attrs={"restored": part.name, "uid": t["uid"], "completed": t["completed"]}))
     return 1
 
 
@@ -185,23 +188,24 @@ def _tuning_done(spec) -> bool:
                for arm in arms)
 
 
-def _tuning_trials(spec, have: set[tuple[str, int, str]]) -> dict[str, list[dict]]:
-    """Each tuned arm's completed tuning trials that no part holds yet, by number (a configuration
-    TPE proposed twice is two trials of one folder: both count towards the budget)."""
+def _tuning_trials(spec, have: set[tuple[str, str]]) -> dict[str, list[dict]]:
+    """Each tuned arm's completed tuning trials that no part holds yet, in the order they completed
+    (a configuration TPE proposed twice is two trials of one folder: both count towards the budget)."""
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _number, _params_key, _tune_study
+    from seeupo.sweep.engine import _params_key, _tune_study, completed_at, trial_uid
 
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     out = {}
     for arm in arms:
         done = [t for t in _tune_study(spec, arm).get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         new = []
-        for t in sorted(done, key=_number):
+        for t in sorted(done, key=lambda t: (completed_at(t), trial_uid(t))):
             key = _params_key(t.params)
             folder = spec.out / "tune" / arm / key
-            if (arm, _number(t), key) not in have and all((folder / f"seed-{s}" / f).exists() for s in seeds for f in FILES):
-                new.append({"number": _number(t), "key": key, "params": t.params, "value": t.value})
+            if (arm, trial_uid(t)) not in have and all((folder / f"seed-{s}" / f).exists() for s in seeds for f in FILES):
+                new.append({"uid": trial_uid(t), "completed": completed_at(t), "key": key, "params": t.params,
+                            "value": t.value})
         if new:
             out[arm] = new
     return out

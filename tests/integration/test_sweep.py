@@ -252,9 +252,10 @@ def test_records_restore_only_finished_trials_of_unchanged_arms(tmp_path):
 
 def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is_unchanged(tmp_path):
     """Fabricated tuning trials (no training): a configuration tried twice counts twice towards the
-    budget after a restore, a tie is broken by the original trial number (not the restored order), a
-    partly restored tuning leaves the tuned arm's comparison trials for the sweep, and a changed
-    search space makes the tuning stale."""
+    budget after a restore, a tie goes to the trial that completed first where it ran (not in the
+    restored study's order), a trial the study already has is not added again, a partly restored
+    tuning leaves the tuned arm's comparison trials for the sweep, and a changed search space makes
+    the tuning stale."""
     import optuna
 
     from seeupo.sweep import engine, records
@@ -291,12 +292,15 @@ def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is
         finish(a.folder(arm, 0), 0.1)
     recs = tmp_path / "recs"
     records.save(a, recs)
-    assert len(records.packed_tuning(recs, "tune")) == 3 and records.save(a, recs) is None
-    # restored in a study that numbers them differently: kl 0.0 first
+    assert records.save(a, recs) is None
+    assert len(records.packed_tuning(recs, "tune")) == 3
+    # restored in a study that holds kl 0.0's trial already, added before the others: it completes
+    # first there, but where it ran it completed second
     b = spec("two")
-    first = engine._tune_study(b, "tuned")
-    first.add_trial(optuna.trial.create_trial(params={"algo.kl_coef": 0.0}, distributions=dist, value=0.5,
-                                              user_attrs={"number": 1}))
+    second = sorted(study.get_trials(), key=lambda t: t.number)[1]
+    engine._tune_study(b, "tuned").add_trial(optuna.trial.create_trial(
+        params={"algo.kl_coef": 0.0}, distributions=dist, value=0.5,
+        user_attrs={"uid": engine.trial_uid(second), "completed": engine.completed_at(second)}))
     got = records.restore(b, recs)
     assert got == {"restored": 2, "present": 0, "stale": 0, "tuning": 2}, got  # trial 1 was there already
     assert json.loads((b.out / "tuned.json").read_text()) == json.loads((a.out / "tuned.json").read_text())
