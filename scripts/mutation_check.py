@@ -227,7 +227,7 @@ M = [
   '    tasks = family.tasks("train") + family.tasks("test")\n    rng = random.Random(derive_seed(seed, "warmup-tasks"))',
   "tests/integration/test_rollout.py -k warmup_demonstrations"),
  ("warm-up: the oracle source ignored", "seeupo/train/warmup.py",
-  "return env.oracle_action() if r.random() < oracle_prob else env.demo_action(r)",
+  "return env.oracle_action() if expert[env] else env.demo_action(r)",
   "return env.demo_action(r)",
   "tests/integration/test_rollout.py -k warmup_demonstrations"),
  ("history last:K: the fused factor pass over rows that are not prefixes", "seeupo/train/update.py",

@@ -216,9 +216,9 @@ class WarmupConfig(Strict):
         "demo", description="demo: format-only demonstrations (the environment's demo_action: calls chosen "
         "without the answer); oracle: the environment's own expert (oracle_action: lookup's and trap's answer "
         "path, TextWorld's winning policy from the current state, BFCL's ground-truth calls), on training tasks only")
-    oracle_prob: float = Field(1.0, ge=0, le=1, description="source=oracle: each turn takes the expert's action "
-                               "with this probability, else the format-only one (a partial expert: how much "
-                               "success the warm-up leaves the model with)")
+    oracle_prob: float = Field(1.0, ge=0, le=1, description="source=oracle: the share of demonstration episodes "
+                               "that are the expert's (drawn per episode; the others format-only throughout): how "
+                               "much success the warm-up leaves the model with")
     episodes: int = Field(256, ge=1, description="demonstration episodes")
     epochs: int = Field(1, ge=1, description="passes over the demonstrations")
     batch_episodes: int = Field(16, ge=1, description="episodes per optimizer step")
@@ -235,6 +235,12 @@ class WarmupConfig(Strict):
     @classmethod
     def _yaml_bools(cls, v):  # YAML reads on/off/yes/no as booleans
         return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _oracle_only(self):
+        if self.source == "demo" and self.oracle_prob != 1.0:
+            raise ValueError("warmup.oracle_prob is the share of expert episodes: it needs warmup.source=oracle")
+        return self
 
 
 class EvalConfig(Strict):

@@ -254,9 +254,16 @@ class Trainer:
         base = None
         if cfg.model.lora:  # the engine loads the base model itself and gets the adapters after each update
             base = resolve(cfg.model.name)
+            if not Path(base).is_dir() and "/" in base:  # a hub name: its snapshot folder (the cache's, else fetched)
+                try:
+                    from huggingface_hub import snapshot_download
+
+                    base = snapshot_download(base)
+                except Exception:  # noqa: BLE001 (the error below says what is needed)
+                    pass
             if not Path(base).is_dir():
-                raise ValueError(f"rollout.backend=vllm with LoRA needs the base model in a local folder; "
-                                 f"{cfg.model.name!r} is not one (tiny models: model.lora=false)")
+                raise ValueError(f"rollout.backend=vllm with LoRA needs the base model in a local folder (or a hub "
+                                 f"name it can download); {cfg.model.name!r} is neither (tiny models: model.lora=false)")
         return VLLMSampler(self.model, self.tokenizer, base_dir=base, workdir=self.out / "vllm",
                            eos_ids=[self.chat.eos_id], temperature=cfg.rollout.temperature,
                            max_model_len=cfg.rollout.max_context, python=cfg.rollout.vllm_python,
@@ -511,9 +518,10 @@ class Trainer:
 
     def _warmup(self) -> None:
         cfg = self.cfg
-        what = ("format" if cfg.warmup.source == "demo" else "expert" if cfg.warmup.oracle_prob == 1
-                else f"partial expert (p={cfg.warmup.oracle_prob:g})")
-        self._say(f"warm-up: {cfg.warmup.episodes} {what} demonstration episodes of training tasks")
+        w = cfg.warmup
+        kind = ("format-only demonstration episodes" if w.source == "demo" else "expert demonstration episodes"
+                if w.oracle_prob == 1 else f"demonstration episodes ({w.oracle_prob:.0%} the expert's, the rest format-only)")
+        self._say(f"warm-up: {w.episodes} {kind} of training tasks")
         steps = cfg.warmup.epochs * -(-cfg.warmup.episodes // cfg.warmup.batch_episodes)
         tick, close = self._stage("warm-up (supervised steps)", steps)
         done = iter(range(1, steps + 1))

@@ -2,9 +2,10 @@
 
 ``warmup.source=demo`` (the default): the environment's ``demo_action``, format-correct tool calls
 whose tools and arguments are chosen without knowing the answer, so they teach the call format, not
-the solution. ``warmup.source=oracle``: the environment's expert (``oracle_action``), each turn with
-probability ``warmup.oracle_prob`` (else the format-only action), so the model starts RL with some
-success and room to improve. Either way the tasks come from the ``train`` split only. They run
+the solution. ``warmup.source=oracle``: the environment's expert (``oracle_action``) for a share
+``warmup.oracle_prob`` of the episodes (drawn per episode; the others format-only throughout, so no
+expert episode passes through a state a random call left behind, which matters in stateful
+environments such as BFCL), so the model starts RL with some success and room to improve. Either way the tasks come from the ``train`` split only. They run
 through the same episode runner as RL (same chat-template bookkeeping), and the loss is the mean
 negative log-likelihood of the demonstrated assistant tokens.
 """
@@ -37,8 +38,12 @@ def demonstrations(chat, family, limits, *, n: int, seed: int, source: str = "de
     rng = random.Random(derive_seed(seed, "warmup-tasks"))
     jobs = [(rng.choice(tasks), i, 0, derive_seed(seed, "warmup", i)) for i in range(n)]
     if source == "oracle":
+        expert = {}  # per episode (its environment): the expert's throughout, or the format-only policy's
+
         def act(env, r):
-            return env.oracle_action() if r.random() < oracle_prob else env.demo_action(r)
+            if env not in expert:  # drawn once, on the episode's first turn, from its own generator
+                expert[env] = r.random() < oracle_prob
+            return env.oracle_action() if expert[env] else env.demo_action(r)
     elif source == "demo":
         def act(env, r):
             return env.demo_action(r)
@@ -97,7 +102,7 @@ def _warmup(model, params, chat, family, limits, cfg, *, seed, budget_tokens, pa
                 if progress:
                     progress(loss)
             if say:
-                say(f"format warm-up: reused {path} (the same model, demonstrations, settings and seed)")
+                say(f"warm-up: reused {path} (the same model, demonstrations, settings and seed)")
             return stats
     opt = adamw(params, cfg.lr)
     gen = torch.Generator().manual_seed(derive_seed(seed, "warmup-order"))

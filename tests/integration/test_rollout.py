@@ -148,7 +148,8 @@ def test_a_groups_identical_prompts_prefill_once_and_sample_as_alone(tiny, chat)
 def test_warmup_demonstrations_come_from_training_tasks_only_and_the_oracle_solves_them(chat):
     """Every task that reaches the warm-up is a train-split task, for both sources (a test-split
     task in the warm-up would leak the held-out answers into the model); the full expert solves each
-    lookup task and the format-only demonstrations almost never do; a partial expert sits between."""
+    lookup task and the format-only demonstrations almost never do; with oracle_prob 0.5 about half
+    the episodes are the expert's, whole."""
     from seeupo.train.warmup import demonstrations
 
     fam = make_family("lookup", {})
@@ -169,7 +170,7 @@ def test_warmup_demonstrations_come_from_training_tasks_only_and_the_oracle_solv
         assert made and all(t.split == "train" and t.id not in test_ids for t in made), {t.split for t in made}
         rates[source, p] = sum(e.score for e in eps) / len(eps)
     assert rates["oracle", 1.0] == 1.0
-    assert rates["demo", 1.0] < 0.2 and rates["demo", 1.0] < rates["oracle", 0.5] < 1.0, rates
+    assert rates["demo", 1.0] < 0.2 and 0.35 < rates["oracle", 0.5] < 0.75, rates
 
 
 def test_bounded_turn_contexts_render_each_prompt_from_the_task_and_the_last_exchanges(chat):
