@@ -243,6 +243,12 @@ M = [
   "reward = float(self.state.intermediate_reward or 0) / self.walkthrough",
   "reward = float(self.state.intermediate_reward or 0)",
   "tests/integration/test_textworld.py -k reward_options"),
+ ("gae_by_episode: rows chained out of turn order", "seeupo/core/advantages.py",
+  "key=lambda r: (int(episode_R[r]), int(turn_R[r])))", "key=lambda r: (int(episode_R[r]), -int(turn_R[r])))",
+  "tests/unit/test_advantages.py -k gae_by_episode"),
+ ("gae_by_episode: a turn's reward on its first action token", "seeupo/core/advantages.py",
+  "float(rewards_R[r]) if j == pos[-1] else 0.0", "float(rewards_R[r]) if j == pos[0] else 0.0",
+  "tests/unit/test_advantages.py -k gae_by_episode"),
 ]
 
 

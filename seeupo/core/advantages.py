@@ -150,3 +150,53 @@ def gae(
         next_adv = torch.where(mj > 0, a, next_adv)
     return adv, (adv + values_NL) * m
 
+
+
+def gae_by_episode(
+    rewards_R: torch.Tensor,
+    values_RL: torch.Tensor,
+    mask_RL: torch.Tensor,
+    episode_R: torch.Tensor,
+    turn_R: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gae`` where an episode's action tokens are spread over several rows, one per turn, each with
+    its own context (bounded turn contexts, ``rollout.history=last:K``): each row's turn reward sits on
+    its last action token; an episode's action positions, taken row by row in turn order, form one
+    sequence of decision steps; ``gae`` runs over those sequences, and the results go back to their
+    rows. With one row per episode it is ``gae`` with the reward on the last action.
+
+    Args:
+        rewards_R: ``[R]``, the reward of each row's turn; values_RL, mask_RL: ``[R, L]``;
+        episode_R, turn_R: ``[R]``.
+    Returns:
+        ``(advantages_RL, returns_RL)``, zero at masked positions.
+
+    Example (one episode in two rows, an action each, outcome reward 1 on the second turn,
+    gamma=lam=1): the same advantages as one row holding both actions (``gae``'s example).
+        >>> adv, _ = gae_by_episode(torch.tensor([1., 0.]), torch.tensor([[0., 0.8], [0.5, 0.]]),
+        ...                         torch.tensor([[0, 1], [1, 0]]), torch.tensor([0, 0]), torch.tensor([1, 0]))
+        >>> adv
+        tensor([[0.0000, 0.2000],
+                [0.5000, 0.0000]])
+    """
+    if values_RL.shape != mask_RL.shape or values_RL.dim() != 2 or rewards_R.shape != values_RL.shape[:1]:
+        raise ValueError("values_RL and mask_RL must share one [R, L] shape and rewards_R be [R]")
+    seqs: dict[int, list[tuple[int, int, float]]] = {}
+    for r in sorted(range(values_RL.shape[0]), key=lambda r: (int(episode_R[r]), int(turn_R[r]))):
+        pos = torch.nonzero(mask_RL[r]).flatten().tolist()
+        seqs.setdefault(int(episode_R[r]), []).extend(
+            (r, j, float(rewards_R[r]) if j == pos[-1] else 0.0) for j in pos)
+    n, width = len(seqs), max((len(s) for s in seqs.values()), default=0)
+    rw, vl, mk = (values_RL.new_zeros(n, width) for _ in range(3))
+    for i, s in enumerate(seqs.values()):
+        for k, (r, j, x) in enumerate(s):
+            rw[i, k], vl[i, k], mk[i, k] = x, values_RL[r, j], 1.0
+    adv_E, ret_E = gae(rw, vl, mk, gamma=gamma, lam=lam)
+    adv, ret = torch.zeros_like(values_RL), torch.zeros_like(values_RL)
+    for i, s in enumerate(seqs.values()):
+        for k, (r, j, _) in enumerate(s):
+            adv[r, j], ret[r, j] = adv_E[i, k], ret_E[i, k]
+    return adv, ret

@@ -75,7 +75,7 @@ class RolloutConfig(Strict):
                          "stream) or last:K (the environment's first messages, i.e. system prompt and task, then the "
                          "last K exchanges, each a reply and the observation after it; last:0: the current observation "
                          "alone): bounded contexts, one short row per turn; needs turn rows (algo.rows=turn for joint "
-                         "algorithms; not PPO's GAE or buckets:B)")
+                         "critic-free algorithms; PPO's GAE runs over each episode's turn rows; not buckets:B)")
 
     @field_validator("history")
     @classmethod
@@ -310,11 +310,7 @@ class Config(Strict):
                                  "index names its adapter)")
         if self.rollout.history != "full":
             h = f"rollout.history={self.rollout.history}"
-            if algo.estimator == "gae":
-                raise ValueError(f"{h}: PPO's GAE update trains trajectory rows, and with bounded turn contexts a "
-                                 "turn's row is its own prompt and reply; use rollout.history=full or a critic-free "
-                                 "algorithm")
-            if not algo.sequential and self.algo.effective_order() == "joint" and self.algo.rows != "turn":
+            if not algo.sequential and algo.estimator != "gae" and self.algo.effective_order() == "joint" and self.algo.rows != "turn":
                 raise ValueError(f"{h}: {self.algo.name} on trajectory rows needs one stream per episode; set "
                                  "algo.rows=turn (one row per turn, each its own prompt and reply)")
             if is_segmented(self.algo.effective_order()):

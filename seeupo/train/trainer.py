@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from seeupo.core.advantages import gae, grae
+from seeupo.core.advantages import gae, gae_by_episode, grae
 from seeupo.core.algorithms import carries_factor, get_algorithm
 from seeupo.core.metrics import avg_at_k, pass_at_k
 from seeupo.core.schedule import kept_turn
@@ -416,16 +416,24 @@ class Trainer:
         per_turn: dict = {}
         keep = partial(keep_turns, n_turns=[e.n_turns for e in episodes], spec=cfg.algo.update_turns)
         if algo.estimator == "gae":
-            rows = keep(trajectory_rows(episodes, pad))
+            # bounded turn contexts: one row per turn, GAE over each episode's action tokens across its rows
+            segmented = any(e.segmented for e in episodes)
+            rows = keep(turn_rows(episodes, pad) if segmented else trajectory_rows(episodes, pad))
             _, old_values = score(self.learner_model, rows, temperature=cfg.rollout.temperature,
                                   budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head,
                                   pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
             r_tok = torch.zeros(rows.input_ids.shape)
-            for i, e in enumerate(episodes):
-                for t, end in enumerate(e.turn_ends):
-                    if t < len(e.step_rewards):
-                        r_tok[i, end - 1] += e.step_rewards[t]
-            adv_tok, returns = gae(r_tok, old_values, rows.loss_mask, gamma=cfg.algo.gamma, lam=cfg.algo.lam)
+            if segmented:  # each turn row's reward (on its last action token, by gae_by_episode)
+                r_row = torch.tensor([episodes[e_i].step_rewards[t] if t < len(episodes[e_i].step_rewards) else 0.0
+                                      for e_i, t in zip(rows.episode.tolist(), rows.turn.tolist())])
+                adv_tok, returns = gae_by_episode(r_row, old_values, rows.loss_mask, rows.episode, rows.turn,
+                                                  gamma=cfg.algo.gamma, lam=cfg.algo.lam)
+            else:
+                for i, e in enumerate(episodes):
+                    for t, end in enumerate(e.turn_ends):
+                        if t < len(e.step_rewards):
+                            r_tok[i, end - 1] += e.step_rewards[t]
+                adv_tok, returns = gae(r_tok, old_values, rows.loss_mask, gamma=cfg.algo.gamma, lam=cfg.algo.lam)
             adv_E = grae(rewards, groups, norm="none")  # for diagnostics only
             metrics = joint_update(ctx, rows, adv_tok, returns=returns, old_values=old_values)
         else:

@@ -27,9 +27,11 @@ def test_every_algorithm_runs_two_iterations(tmp_path, algo):
     assert summary["trainable_param_l2"] > 0
 
 
-@pytest.mark.parametrize("algo,history", [("seeupo", "last:1"), ("seeupo", "last:0"), ("grpo", "last:1")])
+@pytest.mark.parametrize("algo,history", [("seeupo", "last:1"), ("seeupo", "last:0"), ("grpo", "last:1"),
+                                          ("ppo", "last:0")])
 def test_bounded_turn_contexts_train(tmp_path, algo, history):
-    """rollout.history=last:K end to end (warm-up, evaluation, updates on turn rows), GRPO on turn rows.
+    """rollout.history=last:K end to end (warm-up, evaluation, updates on turn rows), GRPO on turn rows,
+    PPO with GAE over each episode's turn rows.
     With last:0 no turn's row is a prefix of the next one's: SeeUPO's factor by its own scoring pass
     (with last:1 on these 2-turn tasks turn 1's prompt still holds all of turn 0, and the fused pass
     applies where it is exact)."""

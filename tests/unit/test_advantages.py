@@ -178,3 +178,45 @@ def test_gae_observation_tokens_do_not_matter():
 def test_gae_rejects_reward_on_masked_token():
     with pytest.raises(ValueError, match="masked"):
         gae(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2), torch.tensor([[0, 1]]))
+
+
+def test_gae_by_episode_over_turn_rows_equals_gae_over_the_whole_stream():
+    """An episode's stream cut into turn rows (row t: the stream up to the end of turn t, loss on turn
+    t's tokens), rows shuffled: GAE over the rows, episode by episode in turn order, gives at each
+    action token what GAE over the whole stream gives there (an independent layout of the same steps)."""
+    from seeupo.core.advantages import gae, gae_by_episode
+
+    g = torch.Generator().manual_seed(0)
+    L = 12
+    turn_of = torch.tensor([-1, 0, 0, -1, -1, 1, 1, 1, -1, 2, 2, -1])  # -1: prompt and observation tokens
+    streams = []
+    for _ in range(2):  # two episodes
+        v = torch.randn(L, generator=g)
+        r = torch.zeros(L)
+        for t in range(3):
+            r[int(torch.nonzero(turn_of == t).max())] = float(torch.randn((), generator=g))
+        streams.append((r, v))
+    whole_r = torch.stack([r for r, _ in streams])
+    whole_v = torch.stack([v for _, v in streams])
+    mask = (turn_of >= 0).long().expand(2, L)
+    adv, ret = gae(whole_r, whole_v, mask, gamma=0.9, lam=0.8)
+    rows, ep, tn = [], [], []
+    for e, (r, v) in enumerate(streams):
+        for t in range(3):
+            end = int(torch.nonzero(turn_of == t).max()) + 1
+            m = torch.zeros(L, dtype=torch.long)
+            m[:end] = (turn_of[:end] == t).long()
+            rows.append((r[end - 1], v.clone(), m))
+            ep.append(e)
+            tn.append(t)
+    perm = torch.randperm(len(rows), generator=g)
+    R = torch.stack([rows[i][0] for i in perm])
+    V = torch.stack([rows[i][1] for i in perm])
+    M = torch.stack([rows[i][2] for i in perm])
+    a2, r2 = gae_by_episode(R, V, M, torch.tensor(ep)[perm], torch.tensor(tn)[perm], gamma=0.9, lam=0.8)
+    for k, i in enumerate(perm.tolist()):
+        e, t = ep[i], tn[i]
+        pos = turn_of == t
+        assert torch.allclose(a2[k][pos], adv[e][pos], atol=1e-6)
+        assert torch.allclose(r2[k][pos], ret[e][pos], atol=1e-6)
+        assert bool((a2[k][~pos] == 0).all())

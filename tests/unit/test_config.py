@@ -44,7 +44,6 @@ def test_overrides_are_typed():
     ("rollout.history=last", "full or last:K with K >= 0"),
     ("rollout.history=last:-1", "full or last:K with K >= 0"),
     ("rollout.history=last:1 algo.name=grpo", "set algo.rows=turn"),
-    ("rollout.history=last:1 algo.name=ppo", "PPO's GAE update"),
     ("rollout.history=last:1 algo.order=buckets:2", "cannot be combined"),
     ("warmup.oracle_prob=0.5", "needs warmup.source=oracle"),
     ("nonsense", "section.key=value"),
