@@ -172,6 +172,7 @@ FINDINGS = [
     ("GRPO against SeeUPO, matched schedules (`lookup`)", "compare", "grpo", "seeupo"),
     ("PPO (a critic) against SeeUPO, matched schedules (`lookup`)", "compare", "ppo", "seeupo"),
     ("RLOO (one on-policy step) against SeeUPO (`lookup`)", "compare", "rloo", "seeupo"),
+    ("GRPO against SeeUPO on the trap family (format-only warm-up)", "compare_trap", "grpo", "seeupo"),
     ("One bucketed phase against the exact reverse schedule (2-3 turns)", "cost", "seeupo-buckets1", "seeupo-reverse"),
     ("GRPO against the exact reverse schedule (2-3 turns)", "cost", "grpo", "seeupo-reverse"),
     ("A tool that always fails, SeeUPO (`lookup`, one CPU kind)", "robustness-onecpu", "lookup-failure1.0-seeupo",
