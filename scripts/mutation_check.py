@@ -249,6 +249,18 @@ M = [
  ("gae_by_episode: a turn's reward on its first action token", "seeupo/core/advantages.py",
   "float(rewards_R[r]) if j == pos[-1] else 0.0", "float(rewards_R[r]) if j == pos[0] else 0.0",
   "tests/unit/test_advantages.py -k gae_by_episode"),
+ ("history last:K: every exchange kept in the prompt", "seeupo/rollout/runner.py",
+  "recent = [m for ex in lv.exchanges[-limits.history:] for m in ex]", "recent = [m for ex in lv.exchanges for m in ex]",
+  "tests/integration/test_rollout.py -k bounded"),
+ ("history last:K: trajectory rows of segmented episodes", "seeupo/data/episode.py",
+  "    if any(e.segmented for e in episodes):\n        raise ValueError(", "    if False:\n        raise ValueError(",
+  "tests/integration/test_rollout.py -k bounded"),
+ ("history last:K: joint trajectory rows accepted", "seeupo/train/config.py",
+  'if not algo.sequential and algo.estimator != "gae" and self.algo.effective_order() == "joint" and self.algo.rows != "turn":',
+  'if False:', "tests/unit/test_config.py -k bad_config"),
+ ("tiny models: the Qwen3 architecture missing", "seeupo/models/loading.py",
+  'archs = {"": LlamaConfig, "-qwen2": Qwen2Config, "-qwen3": Qwen3Config}', 'archs = {"": LlamaConfig, "-qwen2": Qwen2Config}',
+  "tests/integration/test_bfcl.py -k gpu_preset"),
 ]
 
 

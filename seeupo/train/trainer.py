@@ -422,13 +422,13 @@ class Trainer:
             _, old_values = score(self.learner_model, rows, temperature=cfg.rollout.temperature,
                                   budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.value_head,
                                   pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
-            r_tok = torch.zeros(rows.input_ids.shape)
             if segmented:  # each turn row's reward (on its last action token, by gae_by_episode)
                 r_row = torch.tensor([episodes[e_i].step_rewards[t] if t < len(episodes[e_i].step_rewards) else 0.0
                                       for e_i, t in zip(rows.episode.tolist(), rows.turn.tolist())])
                 adv_tok, returns = gae_by_episode(r_row, old_values, rows.loss_mask, rows.episode, rows.turn,
                                                   gamma=cfg.algo.gamma, lam=cfg.algo.lam)
             else:
+                r_tok = torch.zeros(rows.input_ids.shape)
                 for i, e in enumerate(episodes):
                     for t, end in enumerate(e.turn_ends):
                         if t < len(e.step_rewards):

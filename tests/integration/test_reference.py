@@ -24,30 +24,28 @@ LR, EPOCHS, EPS = 0.01, 2, 0.2  # a step small enough that the full weights stay
 
 
 
-@pytest.fixture(scope="module")
-def episodes(tiny, chat):
+def _episodes(tiny, chat, history=None):
     """Episodes of 3, 2 and 1 turns (mixed lengths: later pools have fewer rows)."""
     fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
     tasks = fam.tasks("train")[:3]
     sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
     jobs = [(t, i, g, derive_seed(11, i, g)) for i, t in enumerate(tasks) for g in range(3)]
-    eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8))
+    eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8, history=history))
     cut = [e if i % 3 == 0 else e.first_turns(max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
     assert sorted({e.n_turns for e in cut}) == [1, 2, 3], [e.n_turns for e in cut]
     return cut
 
 
 @pytest.fixture(scope="module")
+def episodes(tiny, chat):
+    return _episodes(tiny, chat)
+
+
+@pytest.fixture(scope="module")
 def episodes_last1(tiny, chat):
     """The same jobs with bounded turn contexts (rollout.history=last:1): each turn's prompt is the
     task and the last exchange, rendered afresh, so no turn's row is a prefix of the next one's."""
-    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
-    tasks = fam.tasks("train")[:3]
-    sampler = HFSampler(tiny.model, pad_id=tiny.tokenizer.pad_token_id, eos_ids=[chat.eos_id], temperature=1.0)
-    jobs = [(t, i, g, derive_seed(11, i, g)) for i, t in enumerate(tasks) for g in range(3)]
-    eps = run_episodes(sampler, chat, fam, jobs, RolloutLimits(max_turns=3, max_new_tokens=8, history=1))
-    cut = [e if i % 3 == 0 else e.first_turns(max(1, min(e.n_turns, 3 - i % 3))) for i, e in enumerate(eps)]
-    assert sorted({e.n_turns for e in cut}) == [1, 2, 3], [e.n_turns for e in cut]
+    cut = _episodes(tiny, chat, history=1)
     three = next(e for e in cut if e.n_turns == 3)
     rows = [three.ids[start(three, t):three.turn_ends[t]] for t in range(3)]
     assert rows[2][: len(rows[1])] != rows[1]  # not a prefix: the fused factor pass cannot apply
