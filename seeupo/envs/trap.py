@@ -14,9 +14,10 @@ instances, in tool form). The oracle (vault the asked key, open its code) scores
 is ``guess_p``. Warm-up demonstrations are answer-blind: a random tool on a random listed key, and an
 ``open`` with a random code from the prompt's code list.
 
-Per step ``info["count/guess"]`` / ``info["count/vault"]`` say which way an episode went (the trainer
-reports their means as ``env/guess`` and ``env/vault``); a run whose final iterations mostly guess has
-ended in the trap.
+Per step ``info["count/guess"]`` / ``info["count/vault"]`` say which way an episode went, and
+``info["count/deep"]`` that it succeeded through the vault (the trainer reports their means as
+``env/guess``, ``env/vault`` and ``env/deep``, for training rollouts and for the before/after
+evaluations); a run whose final iterations mostly guess has ended in the trap.
 
 Knobs that break the bandit assumption (each 0 by default, as in ``lookup``; issue 16's robustness sweep):
 
@@ -139,7 +140,8 @@ class TrapEnv(Env):
         code = call.args.get("code")
         if call.name != "open" or not isinstance(code, str):
             return self._end(False, {"tool_error": 1, "error": "bad_call"})
-        return self._end(self.vaulted == d["ask"] and code.strip() == d["sealed"][self.vaulted], {})
+        deep = self.vaulted == d["ask"] and code.strip() == d["sealed"][self.vaulted]
+        return self._end(deep, {"count/deep": int(deep)})
 
     def score(self) -> float:
         return self.success
@@ -160,7 +162,7 @@ class TrapEnv(Env):
 @register("trap")
 class TrapFamily(EnvFamily):
     name = "trap"
-    counters = ("guess", "vault")  # always reported (env/guess, env/vault), 0 when no episode took it
+    counters = ("guess", "vault", "deep")  # always reported (env/guess, ...), 0 when no episode took it
 
     def __init__(self, **options):
         self.opts = TrapOptions(**options)

@@ -48,10 +48,13 @@ class EvalResult:
     reward_mean: float
     by_category: dict = field(default_factory=dict)  # category -> {"avg@k", "pass@k", "tasks"}
     stats: dict = field(default_factory=dict)  # episode_stats of the evaluation episodes
+    env: dict = field(default_factory=dict)  # the environment's counters, mean per episode (trap: guess, vault, deep)
 
     def as_dict(self) -> dict:
         out = {"avg@k": self.avg, "pass@k": self.passk, "k": self.k, "tasks": self.tasks,
                "reward_mean": self.reward_mean}
+        if self.env:
+            out["env"] = self.env
         if len(self.by_category) > 1 or self.stats:
             out["by_category"] = self.by_category
         if self.stats:
@@ -333,9 +336,12 @@ class Trainer:
             categories.setdefault(str(t.data.get("category", cfg.env.name)), []).append(i)
         by_category = {c: {"avg@k": avg_at_k(success[idx]), "pass@k": pass_at_k(success[idx]), "tasks": len(idx)}
                        for c, idx in categories.items()}
+        counters = getattr(self.family, "counters", ())
+        env = {name: sum(e.counts.get(name, 0) for e in episodes) / max(len(episodes), 1)
+               for name in sorted({*counters, *(k for e in episodes for k in e.counts)})}
         return EvalResult(avg_at_k(success), pass_at_k(success), cfg.eval.k, len(tasks),
                           sum(e.reward for e in episodes) / max(len(episodes), 1), by_category,
-                          episode_stats(episodes, cfg.eval.threshold) if detailed else {})
+                          episode_stats(episodes, cfg.eval.threshold, counters) if detailed else {}, env)
 
     def _episodes(self, iteration: int) -> list[Episode]:
         cfg = self.cfg
@@ -608,7 +614,9 @@ class Trainer:
                         ev = self.evaluate(stop=self._stopper())
                         self.state["eval_before"] = ev.as_dict()
                         self._log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
-                        self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks")
+                        env = "".join(f", {k} {v:.3f}" for k, v in ev.env.items())
+                        self._say(f"eval before RL: avg@{ev.k} {ev.avg:.3f}, pass@{ev.k} {ev.passk:.3f} on {ev.tasks} tasks"
+                                  + (f" (per episode{env})" if env else ""))
                     if start >= cfg.run.iterations and "eval_before" in self.state and start > 0:
                         self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
                                   "nothing to train; raise run.iterations to continue[/]")

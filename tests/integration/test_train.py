@@ -180,3 +180,18 @@ def test_a_cached_warmup_leaves_the_random_states_where_training_it_would(tmp_pa
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1  # the second was a hit
     assert trained[:2] == reused[:2]
     assert all(torch.equal(a, b) for a, b in zip(trained[2], reused[2]))
+
+
+def test_the_evaluations_carry_the_environment_counters(tmp_path):
+    """On trap the before/after evaluations record env counters per episode (guess, vault, deep: the
+    vault's share of the successes), as training iterations do; deep counts only vault successes, so it
+    is at most the success rate and at most the vault rate."""
+    cfg = load_config("tiny", [*SMALL, "env.name=trap", "eval.tasks=8", "run.iterations=1", f"run.out={tmp_path}"])
+    summary = Trainer(cfg).run()
+    for key in ("eval_before", "eval_after"):
+        ev = summary[key]
+        assert set(ev["env"]) == {"guess", "vault", "deep"}
+        assert ev["env"]["guess"] + ev["env"]["vault"] <= 1.0
+        assert ev["env"]["deep"] <= min(ev["env"]["vault"], ev["reward_mean"]) + 1e-9
+    train = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert "env/deep" in [r for r in train if "reward_mean" in r][0]

@@ -39,12 +39,14 @@ def test_the_vault_pays_only_through_the_right_code(fam):
     d = t.data
     wrong = next(c for c in d["codes"] if c != d["sealed"][d["ask"]])
     vault = json.dumps({"tool": "vault", "key": d["ask"]})
-    assert play(fam, t, 0, [vault, json.dumps({"tool": "open", "code": wrong})])[0] == 0.0
+    score, infos = play(fam, t, 0, [vault, json.dumps({"tool": "open", "code": wrong})])
+    assert score == 0.0 and infos[1]["count/deep"] == 0
     other = next(k for k in d["keys"] if k != d["ask"])
     code = d["sealed"][other]
     assert play(fam, t, 0, [json.dumps({"tool": "vault", "key": other}), json.dumps({"tool": "open", "code": code})])[0] == 0.0
     score, infos = play(fam, t, 0, [vault, json.dumps({"tool": "open", "code": d["sealed"][d["ask"]]})])
     assert score == 1.0 and infos[0]["count/vault"] == 1 and "count/guess" not in infos[0]
+    assert infos[1]["count/deep"] == 1  # env/deep: success through the vault
 
 
 def test_bandit_breaking_knobs():
