@@ -3,8 +3,12 @@
 Every iteration's record in ``metrics.jsonl`` holds ``turn: {t: {...}}``: the rows that reached turn
 ``t``, their success and reward, the mean advantage x factor, SeeUPO's factor (mean, min, max) and
 turn ratio, and the phase's clip fraction, KL and entropy. ``turn_summary`` compares each turn's
-early iterations (the first third of the run) with its late ones (the last third); ``turn_plot``
-draws the curves; ``seeupo report RUN_DIR`` writes both, and sweep reports add the summary per arm.
+early iterations (the first third of the run) with its late ones (the last third), and says when
+each turn's success and advantage moved (``half_rise``: the first iteration at which the trailing
+3-iteration mean has gone half the way from the early mean to the late one), so turns can be ranked
+by which moved first; ``turn_plot`` draws the curves; ``seeupo report RUN_DIR`` writes both, and
+sweep reports add the summary per arm (half-rise pooled over seeds as the median of the seeds in
+which the turn moved, with their count).
 """
 
 from __future__ import annotations
@@ -25,9 +29,34 @@ def training_records(records: list[dict]) -> list[dict]:
     return [r for r in records if "reward_mean" in r]
 
 
+# half-rise: a turn "moved" when its late mean differs from its early one by at least this much
+MIN_MOVE = {"success": 0.05, "adv_x_factor_mean": 0.01}
+WINDOW = 3
+
+
+def half_rise(points: list[tuple[int, float]], early: float, late: float, min_move: float,
+              window: int = WINDOW) -> int | None:
+    """The first iteration at which the trailing ``window``-point mean of ``points`` ((iteration,
+    value), in order) has gone half the way from ``early`` to ``late``; None when the two differ by
+    less than ``min_move`` (the turn did not move) or no point gets there."""
+    if not (early == early and late == late) or abs(late - early) < min_move:
+        return None
+    mid, up = (early + late) / 2, late > early
+    vals = []
+    for it, v in points:
+        if v is None or v != v:
+            continue
+        vals.append(v)
+        m = sum(vals[-window:]) / len(vals[-window:])
+        if (m >= mid) if up else (m <= mid):
+            return it
+    return None
+
+
 def turn_summary(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     """``{turn: {key: {"early": mean over the first third, "late": mean over the last third}}}``
-    over the training iterations (a run of fewer than 3 iterations: early = first, late = last)."""
+    over the training iterations (a run of fewer than 3 iterations: early = first, late = last), and
+    ``{turn: {"half_rise": {key: iteration or None}}}`` for the keys of ``MIN_MOVE``."""
     recs = training_records(records)
     if not recs:
         return {}
@@ -39,15 +68,35 @@ def turn_summary(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
         out[t] = {key: {"early": _mean([r["turn"][t].get(key) for r in early if t in r.get("turn", {})]),
                         "late": _mean([r["turn"][t].get(key) for r in late if t in r.get("turn", {})])}
                   for key in KEYS}
+        out[t]["half_rise"] = {key: half_rise([(r["iteration"], r["turn"][t].get(key)) for r in recs
+                                               if t in r.get("turn", {})],
+                                              out[t][key]["early"], out[t][key]["late"], m)
+                               for key, m in MIN_MOVE.items()}
     return out
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return float("nan") if not n else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
 def pooled_summary(runs: list[list[dict]]) -> dict[str, dict[str, dict[str, float]]]:
-    """``turn_summary`` of each run (seed), then the mean over runs of each early and late value."""
+    """``turn_summary`` of each run (seed), then the mean over runs of each early and late value, and
+    per ``MIN_MOVE`` key the median half-rise over the runs in which the turn moved, with how many
+    did (``{"median": ..., "moved": n, "runs": N}``)."""
     sums = [turn_summary(r) for r in runs]
     turns = sorted({t for sm in sums for t in sm}, key=int)
-    return {t: {key: {part: _mean([sm[t][key][part] for sm in sums if t in sm]) for part in ("early", "late")}
-                for key in KEYS} for t in turns}
+    out = {}
+    for t in turns:
+        out[t] = {key: {part: _mean([sm[t][key][part] for sm in sums if t in sm]) for part in ("early", "late")}
+                  for key in KEYS}
+        out[t]["half_rise"] = {}
+        for key in MIN_MOVE:
+            its = [sm[t]["half_rise"][key] for sm in sums if t in sm and sm[t]["half_rise"][key] is not None]
+            out[t]["half_rise"][key] = {"median": _median(its), "moved": len(its),
+                                        "runs": sum(t in sm for sm in sums)}
+    return out
 
 
 def summary_markdown(summary: dict, title: str = "") -> list[str]:
@@ -59,14 +108,22 @@ def summary_markdown(summary: dict, title: str = "") -> list[str]:
         a, b = d[key]["early"], d[key]["late"]
         return f"{fmt.format(a)} -> {fmt.format(b)}" if a == a and b == b else "n/a"
 
+    def h(d, key):  # one run: the iteration or '-'; pooled: median (moved in n of N runs)
+        x = d.get("half_rise", {}).get(key)
+        if isinstance(x, dict):
+            return f"{x['median']:g} ({x['moved']}/{x['runs']})" if x["moved"] else f"- (0/{x['runs']})"
+        return "-" if x is None else str(x)
+
     lines = [title, ""] if title else []
-    lines += ["| turn | rows | success | reward | adv x factor | factor mean | factor min / max (late) | turn ratio |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| turn | rows | success | reward | adv x factor | factor mean | factor min / max (late) | turn ratio | "
+              "success half-rise | adv half-rise |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for t, d in summary.items():
         lo, hi = d["factor_min"]["late"], d["factor_max"]["late"]
         rng = f"{lo:.3g} / {hi:.3g}" if lo == lo else "n/a"
         lines.append(f"| {t} | {f(d, 'rows', '{:.1f}')} | {f(d, 'success')} | {f(d, 'reward')} | "
-                     f"{f(d, 'adv_x_factor_mean', '{:+.3f}')} | {f(d, 'factor_mean')} | {rng} | {f(d, 'ratio_mean')} |")
+                     f"{f(d, 'adv_x_factor_mean', '{:+.3f}')} | {f(d, 'factor_mean')} | {rng} | {f(d, 'ratio_mean')} | "
+                     f"{h(d, 'success')} | {h(d, 'adv_x_factor_mean')} |")
     return lines
 
 

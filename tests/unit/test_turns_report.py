@@ -44,3 +44,20 @@ def test_report_command_on_a_run_folder(tmp_path):
     empty.mkdir()
     res = CliRunner().invoke(app, ["report", str(empty)])
     assert res.exit_code == 2 and "neither a sweep folder" in res.output
+
+
+def test_half_rise_says_which_turn_moved_first():
+    # turn 1 jumps at iteration 2, turn 0 at iteration 6 (10 iterations: thirds of 3)
+    t0 = [0.0] * 6 + [1.0] * 4
+    t1 = [0.0, 0.0] + [1.0] * 8
+    s = turn_summary(stream(t0, t1))
+    # by hand: trailing 3-mean of turn 0 is 0, 0, .., 1/3 at 6, 2/3 at 7 >= mid 0.5 -> 7; turn 1: 1/3 at 2, 2/3 at 3 -> 3
+    assert s["0"]["half_rise"]["success"] == 7 and s["1"]["half_rise"]["success"] == 3
+    flat = turn_summary(stream([0.5] * 6, [0.5, 0.52, 0.5, 0.5, 0.53, 0.52]))
+    assert flat["0"]["half_rise"]["success"] is None and flat["1"]["half_rise"]["success"] is None
+    down = turn_summary(stream([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [None] * 6))
+    assert down["0"]["half_rise"]["success"] == 4  # falls: 2/3 at 3 is above 0.5, 1/3 at 4 is below
+    # pooled: the median over the seeds in which the turn moved, and their count
+    p = pooled_summary([stream(t0, t1), stream([0.0] * 10, t1), stream([0.0] * 4 + [1.0] * 6, t1)])
+    assert p["0"]["half_rise"]["success"] == {"median": (5 + 7) / 2, "moved": 2, "runs": 3}
+    assert p["1"]["half_rise"]["success"] == {"median": 3, "moved": 3, "runs": 3}
