@@ -58,6 +58,8 @@ def test_half_rise_says_which_turn_moved_first():
     down = turn_summary(stream([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [None] * 6))
     assert down["0"]["half_rise"]["success"] == 4  # falls: 2/3 at 3 is above 0.5, 1/3 at 4 is below
     # pooled: the median over the seeds in which the turn moved, and their count
-    p = pooled_summary([stream(t0, t1), stream([0.0] * 10, t1), stream([0.0] * 4 + [1.0] * 6, t1)])
-    assert p["0"]["half_rise"]["success"] == {"median": (5 + 7) / 2, "moved": 2, "runs": 3}
-    assert p["1"]["half_rise"]["success"] == {"median": 3, "moved": 3, "runs": 3}
+    # (a late jump: early 0, late 2/3, mid 1/3, reached at iteration 8 by the trailing mean 1/3)
+    p = pooled_summary([stream(t0, t1), stream([0.0] * 10, t1), stream([0.0] * 4 + [1.0] * 6, t1),
+                        stream([0.0] * 8 + [1.0] * 2, t1)])
+    assert p["0"]["half_rise"]["success"] == {"median": 7, "moved": 3, "runs": 4}  # of 7, 5, 8 (the mean is 6.67)
+    assert p["1"]["half_rise"]["success"] == {"median": 3, "moved": 4, "runs": 4}
