@@ -6,7 +6,8 @@ one command per message; the reward is the game's score normalised to [0, 1] (th
 after each command, so an episode's rewards sum to its final normalised score; ``reward: outcome``
 gives the whole sum on the episode's last turn instead, however the episode ended; ``reward:
 progress`` is TextWorld's own intermediate reward, a step towards or away from the goal). With
-``admissible: true`` every observation lists the commands the game accepts there.
+``admissible: true`` every observation lists the commands the game accepts there; ``observation:
+brief`` keeps only the first line of the game's text (a room's name, a command's one-line answer).
 
 A command the game does not accept in that state (not among its admissible commands) is answered
 by the game as usual and counted in ``info["tool_error"]`` (0 or 1). Two kinds are answered by us
@@ -58,6 +59,10 @@ class TextWorldOptions(BaseModel):
     quest_length: int = Field(3, ge=1, le=20, description="commands the shortest winning walkthrough needs")
     max_steps: int = Field(12, ge=1, description="most commands per episode")
     admissible: bool = Field(True, description="list the admissible commands in every observation")
+    observation: Literal["full", "brief"] = Field(
+        "full", description="full: the game's text as it prints it; brief: only its first line (a room's "
+        "name, or the one-line answer to a command), the goal and the admissible list kept whole: about half "
+        "the tokens per turn, the same game (needs admissible: true, which names what the room holds)")
     train_tasks: int = Field(64, ge=1, description="games in the train split")
     test_tasks: int = Field(16, ge=1, description="games in the held-out test split")
     seed: int = Field(0, description="seed of the game sets")
@@ -68,6 +73,15 @@ class TextWorldOptions(BaseModel):
         "intermediate reward (+1 a step closer to the goal along its winning policy, -1 farther, 0 neither) "
         "divided by the walkthrough's length at the start, so rewards arrive during the game and a won game "
         "walked straight sums to 1 (a lost or unfinished one gets its net progress)")
+
+    def model_post_init(self, _):
+        if self.observation == "brief" and not self.admissible:
+            raise ValueError("textworld observation: brief needs admissible: true (the list is what names the "
+                             "room's objects and exits once the description is cut to its first line)")
+
+
+def first_line(text: str) -> str:
+    return next((x.strip() for x in text.strip().splitlines() if x.strip()), "")
 
 
 def game_seed(opts: TextWorldOptions, split: str, index: int) -> int:
@@ -141,11 +155,14 @@ class TextWorldEnv(Env):
         cmds = sorted(c for c in self.state.admissible_commands if c not in ("inventory", "look"))
         return "\nCommands you can use: " + ", ".join(cmds) + "."
 
+    def _text(self, text: str) -> str:
+        return first_line(text) if self.opts.observation == "brief" else text.strip()
+
     def reset(self) -> list[Message]:
         self.state = self.game.reset()
         self.last_score = 0
         self.walkthrough = max(len(self.state.policy_commands or ()), 1)  # reward=progress: its scale
-        text = (f"{INSTRUCTIONS}\n\nGoal: {self.state.objective.strip()}\n\n{self.state.description.strip()}"
+        text = (f"{INSTRUCTIONS}\n\nGoal: {self.state.objective.strip()}\n\n{self._text(self.state.description)}"
                 f"{self._listing()}")
         return [{"role": "user", "content": text}]
 
@@ -166,7 +183,7 @@ class TextWorldEnv(Env):
             reward = float(self.state.intermediate_reward or 0) / self.walkthrough
         self.last_score = self.state.score
         done = bool(done or self.state.won or self.state.lost)
-        feedback = re.split(r"\n\s*>", self.state.feedback)[0].strip()  # drop the prompt and status line
+        feedback = self._text(re.split(r"\n\s*>", self.state.feedback)[0])  # drop the prompt and status line
         obs = [] if done else [{"role": "user", "content": f"{feedback}{self._listing()}"}]
         return StepResult(obs, reward, done, {"tool_error": int(not valid), "extra_calls": 0})
 

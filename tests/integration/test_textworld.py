@@ -107,3 +107,28 @@ def test_reward_options_outcome_and_progress(tmp_path, monkeypatch, chat):
     fam = make_family("textworld", opts)
     eps = demonstrations(chat, fam, RolloutLimits(max_turns=8, max_new_tokens=16), n=4, seed=0, source="oracle")
     assert all(e.score == 1.0 for e in eps)
+
+
+def test_brief_observations_keep_the_first_line_and_the_list(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEUPO_CACHE", str(tmp_path))
+    opts = {"test_tasks": 1, "quest_length": 2}
+    full, brief = make_family("textworld", opts), make_family("textworld", {**opts, "observation": "brief"})
+    task = full.tasks("test")[0]
+    a, b = full.make(task, seed=0), brief.make(task, seed=0)
+    fa, fb = a.reset()[0]["content"], b.reset()[0]["content"]
+    room = fa.split("\n\n", 2)[2]  # instructions, goal, then the room's text and the list
+    assert fb == fa.split(room)[0] + room.strip().splitlines()[0] + "\n" + room.strip().splitlines()[-1]
+    assert len(fb) < len(fa) and "Commands you can use:" in fb
+    done = False
+    while not done:  # the same game: the oracle wins it, each answer one line and the list
+        cmd = a.oracle_action()
+        ra, rb = a.step(cmd), b.step(cmd)
+        assert (ra.reward, ra.done) == (rb.reward, rb.done)
+        if not rb.done:
+            text = rb.observation[0]["content"]
+            assert len(text.splitlines()) == 2 and text.splitlines()[0] == ra.observation[0]["content"].splitlines()[0]
+        done = rb.done
+    assert b.score() == 1.0
+    a.close()
+    with pytest.raises(ValueError, match="needs admissible"):
+        make_family("textworld", {"observation": "brief", "admissible": False})
