@@ -54,7 +54,7 @@ def test_bad_config_fails_with_the_fix(override, message):
 
 
 def test_unknown_preset_lists_the_available_ones():
-    with pytest.raises(ConfigError, match="available: authors_code, bfcl_gpu, default, tiny"):
+    with pytest.raises(ConfigError, match="available: authors_code, bfcl_gpu, default, textworld, tiny"):
         load_config("huge")
 
 
@@ -97,7 +97,7 @@ def test_lr_warmup_schedule_and_the_tiny_preset_uses_it():
 
 
 def test_schedules_per_preset_are_matched_and_gspo_keeps_its_range():
-    for preset in ("default", "tiny", "authors_code"):
+    for preset in ("default", "tiny", "authors_code", "textworld"):
         c = load_config(preset)
         seeupo = c.algo.schedule("seeupo")
         assert seeupo.minibatches == 1
