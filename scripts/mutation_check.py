@@ -148,6 +148,8 @@ M = [
   '"median": sum(its) / len(its) if its else float("nan")', "tests/unit/test_turns_report.py -k half_rise"),
  ("deep counted on every open", "seeupo/envs/trap.py", '{"count/deep": int(deep)}', '{"count/deep": 1}',
   "tests/unit/test_trap.py -k vault_pays"),
+ ("environment counters before RL read from after", "seeupo/sweep/report.py", 'ts[s]["summary"][f"eval_{when}"]',
+  'ts[s]["summary"]["eval_after"]', "tests/integration/test_sweep.py -k environment_counters"),
  ("trap shaping never paid", "seeupo/envs/trap.py", 'shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0',
   "shaping = 0.0", "tests/unit/test_trap.py -k knobs"),
  ("quick.arms without the reference", "seeupo/sweep/experiment.py", "if unknown or self.reference not in self.quick.arms:",

@@ -28,6 +28,12 @@ STATISTICS = ("mean and ci95: Student's t 95% interval over seeds; diff_ci95: t 
               "5 pairs or fewer). seeupo.sweep.stats")
 
 
+
+def _env_means(evals: list[dict]) -> dict:
+    """The mean over trials of each environment counter their evaluations recorded (absent: {})."""
+    names = sorted({k for e in evals for k in e.get("env", {})})
+    return {k: _mean([e["env"][k] for e in evals if k in e.get("env", {})]) for k in names}
+
 def ended_in_trap(records: list[dict], last: int = 5) -> bool:
     """On the ``trap`` family: whether most episodes of the run's last ``last`` training iterations
     took the guess (the trap) rather than the vault."""
@@ -122,6 +128,8 @@ def results(out: Path, *, experiment: str, metric: str, reference: str, arms_ord
                                   "before": ts[s]["summary"]["eval_before"][metric], "drawdown": falls[s]}
                          for s in seeds},
             "platforms": {str(s): where[s] for s in seeds},
+            # the environment's counters per held-out episode (trap: guess, vault, deep), mean over seeds
+            **{f"env_{when}": _env_means([ts[s]["summary"][f"eval_{when}"] for s in seeds]) for when in ("before", "after")},
         })
     # Holm across the experiment's contrasts (every arm against the reference)
     others = [a for a in arms if a["name"] != reference]
@@ -180,6 +188,12 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
         lines += ["", "Tuned arms: the best configuration of each tuning study (mean metric over the tuning seeds):", ""]
         lines += [f"- {arm}: {b['params']} ({b['value']:.3f}, best of {b['trials']} trials)"
                   for arm, b in res["tuned"].items()]
+    counted = [a for a in res["arms"] if a.get("env_before")]
+    if counted:
+        lines += ["", "Environment counters per held-out episode, before RL -> after (mean over seeds; trap: `guess` "
+                  "and `vault` the first call's choice, `deep` a success through the vault):", ""]
+        lines += [f"- {a['name']}: " + ", ".join(f"{k} {a['env_before'][k]:.3f} -> {a['env_after'].get(k, float('nan')):.3f}"
+                                                 for k in a["env_before"]) for a in counted]
     trapped = [(a["name"], a["trapped"]) for a in res["arms"] if a.get("trapped") is not None]
     if trapped:
         lines += ["", "Runs that ended in the trap (most of their last 5 iterations' episodes guessed): "

@@ -595,3 +595,28 @@ def test_the_report_tests_each_arm_against_the_reference_with_holm(tmp_path):
     write(tmp_path, res)
     row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| d |"))
     assert "| 0.008 | 0.023 |" in row, row
+
+
+def test_the_report_gives_the_environment_counters_before_and_after(tmp_path):
+    """Per arm, the mean over seeds of each counter the evaluations recorded (trap: guess, vault,
+    deep), before RL and after; an arm whose summaries have none gets none."""
+    envs = {("a", 0): ({"deep": 0.05, "guess": 0.2}, {"deep": 0.25, "guess": 0.1}),
+            ("a", 1): ({"deep": 0.15, "guess": 0.4}, {"deep": 0.35, "guess": 0.0})}
+    for (arm, seed), (before, after) in envs.items():
+        f = tmp_path / "trials" / arm / f"seed-{seed}"
+        f.mkdir(parents=True)
+        (f / "summary.json").write_text(json.dumps({"eval_before": {"avg@k": 0.1, "env": before},
+                                                    "eval_after": {"avg@k": 0.5, "env": after}, "wall_seconds": 60}))
+    for seed in (0, 1):
+        f = tmp_path / "trials" / "b" / f"seed-{seed}"
+        f.mkdir(parents=True)
+        (f / "summary.json").write_text(json.dumps({"eval_before": {"avg@k": 0.1}, "eval_after": {"avg@k": 0.2 + seed},
+                                                    "wall_seconds": 60}))
+    res = results(tmp_path, experiment="mini", metric="avg@k", reference="a", arms_order=["a", "b"])
+    a, b = res["arms"]
+    assert a["env_before"] == pytest.approx({"deep": 0.10, "guess": 0.30})
+    assert a["env_after"] == pytest.approx({"deep": 0.30, "guess": 0.05})
+    assert b["env_before"] == {} == b["env_after"]
+    write(tmp_path, res)
+    report = (tmp_path / "report.md").read_text()
+    assert "- a: deep 0.100 -> 0.300, guess 0.300 -> 0.050" in report and "- b:" not in report
