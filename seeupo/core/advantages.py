@@ -200,3 +200,178 @@ def gae_by_episode(
         for k, (r, j, _) in enumerate(s):
             adv[r, j], ret[r, j] = adv_E[i, k], ret_E[i, k]
     return adv, ret
+
+
+# --- per-turn advantages (issue 34): ``_NT`` one value per episode and turn, ``mask_NT`` 1 where the
+# episode reached turn t (reached turns are a prefix of each row) ---
+
+
+def _check_NT(name: str, x_NT: torch.Tensor, mask_NT: torch.Tensor, n: int | None = None) -> None:
+    if x_NT.dim() != 2 or x_NT.shape != mask_NT.shape or (n is not None and x_NT.shape[0] != n):
+        raise ValueError(f"{name} and mask_NT must share one [N, T] shape (N episodes), got "
+                         f"{tuple(x_NT.shape)} and {tuple(mask_NT.shape)}")
+
+
+def reward_to_go(rewards_NT: torch.Tensor, mask_NT: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
+    """``G_{i,t} = sum_{k >= t, reached} gamma^(k-t) r_{i,k}``, 0 where turn t was not reached.
+
+    Example:
+        >>> reward_to_go(torch.tensor([[1., 0., 2.]]), torch.ones(1, 3), gamma=0.5)
+        tensor([[1.5000, 1.0000, 2.0000]])
+    """
+    _check_NT("rewards_NT", rewards_NT, mask_NT)
+    r = rewards_NT.float() if not rewards_NT.is_floating_point() else rewards_NT
+    m = mask_NT.to(r.dtype)
+    out = torch.zeros_like(r)
+    nxt = r.new_zeros(r.shape[0])
+    for t in range(r.shape[1] - 1, -1, -1):
+        nxt = (r[:, t] + gamma * nxt) * m[:, t]
+        out[:, t] = nxt
+    return out
+
+
+def _reached_grae(values_NT: torch.Tensor, key_NTK: torch.Tensor, mask_NT: torch.Tensor, *, norm: str,
+                  eps: float) -> torch.Tensor:
+    """``grae`` over the reached (episode, turn) entries, grouped by equal key vectors ``key_NTK[i, t]``;
+    0 where not reached."""
+    reached = mask_NT.bool()
+    out = torch.zeros_like(values_NT)
+    if not bool(reached.any()):
+        return out
+    _, ids = torch.unique(key_NTK[reached], dim=0, return_inverse=True)
+    out[reached] = grae(values_NT[reached], ids, norm=norm, eps=eps)
+    return out
+
+
+def gigpo(
+    episode_rewards_N: torch.Tensor,
+    group_ids_N: torch.Tensor,
+    step_rewards_NT: torch.Tensor,
+    anchor_keys_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    omega: float = 1.0,
+    gamma: float = 0.95,
+    norm: str = "none",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GiGPO (Feng et al., 2025, "Group-in-Group Policy Optimization for LLM Agent Training"): an
+    episode-level group-relative advantage plus a step-level one among the turns of the group that
+    start from the same state.
+
+    - Episode part: ``A^E_i = R_i - mean_{j in g(i)} R_j`` (``norm="group"``: divided by the group's
+      unbiased std + eps; a group of one gets 0): ``grae(R, g, norm)``.
+    - Step part: ``G_{i,t}`` the discounted return from turn t (``reward_to_go``); the step group of
+      ``(i, t)`` is every reached ``(j, s)`` with ``g(j) == g(i)`` and ``anchor_keys[j, s] ==
+      anchor_keys[i, t]`` (an anchor state: the same observation before the turn, at any turn index);
+      ``A^S_{i,t} = G_{i,t} - mean over the step group`` (``norm="group"``: divided by its unbiased std
+      + eps; a step group of one gets 0).
+    - ``A_{i,t} = A^E_i + omega * A^S_{i,t}`` where reached, 0 elsewhere.
+
+    GiGPO's defaults: omega 1, gamma 0.95, no std division (its "mean_norm").
+
+    Example: group 0 holds episodes 0 and 1, which both start in state 5 and whose second turns start
+    in different states (singleton step groups); group 1 holds episode 2 alone. gamma 1, returns
+    ``G = [[1, 1], [0, 0], [1, -]]``; ``A^E = [0.5, -0.5, 0]``; the turn-0 step group {(0,0), (1,0)}
+    has mean 0.5, so ``A^S[0,0] = 0.5``, ``A^S[1,0] = -0.5``, every other step group is a singleton:
+        >>> gigpo(torch.tensor([1., 0., 1.]), torch.tensor([0, 0, 1]),
+        ...       torch.tensor([[0., 1.], [0., 0.], [1., 0.]]), torch.tensor([[5, 6], [5, 7], [5, 0]]),
+        ...       torch.tensor([[1, 1], [1, 1], [1, 0]]), gamma=1.0)
+        tensor([[ 1.0000,  0.5000],
+                [-1.0000, -0.5000],
+                [ 0.0000,  0.0000]])
+    """
+    n = episode_rewards_N.shape[0]
+    _check_NT("step_rewards_NT", step_rewards_NT, mask_NT, n)
+    _check_NT("anchor_keys_NT", anchor_keys_NT, mask_NT, n)
+    if norm not in ("none", "group"):
+        raise ValueError(f"gigpo norm must be 'none' or 'group', got {norm!r}")
+    r = episode_rewards_N if episode_rewards_N.is_floating_point() else episode_rewards_N.float()
+    m = mask_NT.to(r.dtype)
+    a_e = grae(r, group_ids_N, norm=norm, eps=eps)
+    g = reward_to_go(step_rewards_NT.to(r.dtype), mask_NT, gamma=gamma)
+    keys = torch.stack([group_ids_N.long()[:, None].expand_as(anchor_keys_NT), anchor_keys_NT.long()], dim=-1)
+    a_s = _reached_grae(g, keys, mask_NT, norm=norm, eps=eps)
+    return torch.where(m > 0, a_e[:, None] + omega * a_s, torch.zeros_like(a_s))
+
+
+def _turn_keys(group_ids_N: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
+    n, t = mask_NT.shape
+    turns = torch.arange(t, device=mask_NT.device)[None, :].expand(n, t)
+    return torch.stack([group_ids_N.long()[:, None].expand(n, t), turns], dim=-1)
+
+
+def grae_to_go(
+    rewards_NT: torch.Tensor,
+    group_ids_N: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    norm: str = "none",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative reward-to-go: ``A_{i,t} = G_{i,t} - mean_{j in g(i), reached t} G_{j,t}`` with
+    ``G`` the undiscounted reward-to-go; ``norm`` as in ``grae`` over each (group, turn) set
+    (``"group"``: divided by its unbiased std + eps, a set of one gets 0; ``"batch"``: over every
+    reached entry). A reward earned before turn t does not enter turn t's advantage.
+
+    Example (one group of two episodes; a reward 1 on episode 0's first turn only):
+        >>> grae_to_go(torch.tensor([[1., 0.], [0., 0.]]), torch.tensor([3, 3]), torch.ones(2, 2))
+        tensor([[ 0.5000,  0.0000],
+                [-0.5000,  0.0000]])
+    """
+    _check_NT("rewards_NT", rewards_NT, mask_NT, group_ids_N.shape[0])
+    g = reward_to_go(rewards_NT, mask_NT)
+    return _reached_grae(g, _turn_keys(group_ids_N, mask_NT), mask_NT, norm=norm, eps=eps)
+
+
+def turn_grae(
+    outcome_rewards_N: torch.Tensor,
+    group_ids_N: torch.Tensor,
+    turn_rewards_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    lam: float = 1.0,
+    norm: str = "group",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """MT-GRPO's turn-level advantage (Zeng et al., 2025, "Reinforcing Multi-Turn Reasoning in LLM
+    Agents via Turn-Level Credit Assignment"): ``A_{i,t} = A^O_i + lam * A^T_{i,t}`` where reached, 0
+    elsewhere; ``A^O = grae(outcome, group, norm)`` and ``A^T_{i,t}`` the turn reward's group-relative
+    advantage among the group's episodes that reached turn t (``grae`` with ``norm`` over each
+    (group, turn) set). lam 1 is the authors' default.
+
+    Example (``norm="none"``; one group of two; turn rewards only on turn 0):
+        >>> turn_grae(torch.tensor([1., 0.]), torch.tensor([0, 0]), torch.tensor([[1., 0.], [0., 0.]]),
+        ...           torch.tensor([[1, 1], [1, 0]]), norm="none")
+        tensor([[ 1.0000,  0.5000],
+                [-1.0000,  0.0000]])
+    """
+    n = outcome_rewards_N.shape[0]
+    _check_NT("turn_rewards_NT", turn_rewards_NT, mask_NT, n)
+    r = outcome_rewards_N if outcome_rewards_N.is_floating_point() else outcome_rewards_N.float()
+    a_o = grae(r, group_ids_N, norm=norm, eps=eps)
+    a_t = _reached_grae(turn_rewards_NT.to(r.dtype), _turn_keys(group_ids_N, mask_NT), mask_NT, norm=norm, eps=eps)
+    return torch.where(mask_NT.bool(), a_o[:, None] + lam * a_t, torch.zeros_like(a_t))
+
+
+def turn_gae(
+    rewards_NT: torch.Tensor,
+    values_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over turns (Turn-PPO, arXiv 2512.17008): one decision per turn, one value per turn state (the
+    value head at the turn's last prompt token). ``delta_t = r_t + gamma * V_{t+1} - V_t`` (``V = 0``
+    after the last reached turn), ``A_t = delta_t + gamma * lam * A_{t+1}``; returns ``A + V``. It is
+    ``gae`` with each turn a position and ``mask_NT`` the decisions.
+
+    Example (two turns, outcome 1 on the last, gamma=lam=1):
+        >>> adv, ret = turn_gae(torch.tensor([[0., 1.]]), torch.tensor([[0.5, 0.8]]), torch.ones(1, 2))
+        >>> adv
+        tensor([[0.5000, 0.2000]])
+    """
+    _check_NT("rewards_NT", rewards_NT, mask_NT)
+    _check_NT("values_NT", values_NT, mask_NT)
+    return gae(rewards_NT, values_NT, mask_NT, gamma=gamma, lam=lam)

@@ -1,0 +1,119 @@
+"""Per-turn advantages (issue 34) against plain-Python loop references on random inputs; the hand
+computations are the doctests of seeupo/core/advantages.py."""
+
+import statistics
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seeupo.core.advantages import gigpo, grae_to_go, reward_to_go, turn_gae, turn_grae
+
+
+def _episodes(draw_n, draw_t, seed):
+    g = torch.Generator().manual_seed(seed)
+    n, t = draw_n, draw_t
+    lengths = torch.randint(1, t + 1, (n,), generator=g)
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).long()
+    groups = torch.randint(0, max(1, n // 2), (n,), generator=g)
+    rewards = torch.randint(0, 3, (n, t), generator=g).double() * mask
+    anchors = torch.randint(0, 3, (n, t), generator=g)
+    return groups, mask, rewards, anchors
+
+
+def togo_loop(r, m, i, t, gamma):
+    return sum(gamma ** (k - t) * float(r[i][k]) for k in range(t, len(r[i])) if m[i][k])
+
+
+def centred_loop(value, members, norm, eps=1e-6):
+    """value's centred (and with norm="group", scaled) advantage within ``members`` (a list of values
+    holding it); a set of one gets 0."""
+    if len(members) < 2:
+        return 0.0
+    c = value - sum(members) / len(members)
+    return c / (statistics.stdev(members) + eps) if norm == "group" else c
+
+
+cases = st.tuples(st.integers(1, 7), st.integers(1, 4), st.integers(0, 10_000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases, st.sampled_from(["none", "group"]), st.sampled_from([1.0, 0.95, 0.5]), st.sampled_from([1.0, 0.3]))
+def test_gigpo_matches_a_loop(case, norm, gamma, omega):
+    groups, mask, step_r, anchors = _episodes(*case)
+    ep_r = step_r.sum(1) + torch.rand(len(groups), generator=torch.Generator().manual_seed(case[2])).double()
+    got = gigpo(ep_r, groups, step_r, anchors, mask, omega=omega, gamma=gamma, norm=norm)
+    n, t = mask.shape
+    g, m, r, a = groups.tolist(), mask.tolist(), step_r.tolist(), anchors.tolist()
+    for i in range(n):
+        a_e = centred_loop(float(ep_r[i]), [float(ep_r[j]) for j in range(n) if g[j] == g[i]], norm)
+        for s in range(t):
+            if not m[i][s]:
+                assert got[i, s] == 0
+                continue
+            step_group = [togo_loop(r, m, j, u, gamma) for j in range(n) for u in range(t)
+                          if m[j][u] and g[j] == g[i] and a[j][u] == a[i][s]]
+            a_s = centred_loop(togo_loop(r, m, i, s, gamma), step_group, norm)
+            assert float(got[i, s]) == pytest.approx(a_e + omega * a_s, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases, st.sampled_from(["none", "group"]))
+def test_grae_to_go_matches_a_loop(case, norm):
+    groups, mask, r, _ = _episodes(*case)
+    got = grae_to_go(r, groups, mask, norm=norm)
+    n, t = mask.shape
+    g, m, rr = groups.tolist(), mask.tolist(), r.tolist()
+    for i in range(n):
+        for s in range(t):
+            want = 0.0 if not m[i][s] else centred_loop(
+                togo_loop(rr, m, i, s, 1.0), [togo_loop(rr, m, j, s, 1.0) for j in range(n) if g[j] == g[i] and m[j][s]],
+                norm)
+            assert float(got[i, s]) == pytest.approx(want, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases, st.sampled_from(["none", "group"]), st.sampled_from([1.0, 0.5]))
+def test_turn_grae_matches_a_loop(case, norm, lam):
+    groups, mask, turn_r, _ = _episodes(*case)
+    outcome = turn_r.sum(1) % 2
+    got = turn_grae(outcome, groups, turn_r, mask, lam=lam, norm=norm)
+    n, t = mask.shape
+    g, m, tr = groups.tolist(), mask.tolist(), turn_r.tolist()
+    for i in range(n):
+        a_o = centred_loop(float(outcome[i]), [float(outcome[j]) for j in range(n) if g[j] == g[i]], norm)
+        for s in range(t):
+            want = 0.0 if not m[i][s] else a_o + lam * centred_loop(
+                tr[i][s], [tr[j][s] for j in range(n) if g[j] == g[i] and m[j][s]], norm)
+            assert float(got[i, s]) == pytest.approx(want, abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, st.sampled_from([1.0, 0.9]), st.sampled_from([1.0, 0.95, 0.0]))
+def test_turn_gae_matches_a_loop(case, gamma, lam):
+    _, mask, r, _ = _episodes(*case)
+    v = torch.rand(mask.shape, generator=torch.Generator().manual_seed(case[2] + 1)).double() * mask
+    adv, ret = turn_gae(r, v, mask, gamma=gamma, lam=lam)
+    n, t = mask.shape
+    for i in range(n):
+        last = int(mask[i].sum()) - 1
+        a_next = 0.0
+        for s in range(t - 1, -1, -1):
+            if s > last:
+                assert adv[i, s] == 0 and ret[i, s] == 0
+                continue
+            v_next = float(v[i, s + 1]) if s < last else 0.0
+            delta = float(r[i, s]) + gamma * v_next - float(v[i, s])
+            a_next = delta + gamma * lam * a_next
+            assert float(adv[i, s]) == pytest.approx(a_next, abs=1e-9)
+            assert float(ret[i, s]) == pytest.approx(a_next + float(v[i, s]), abs=1e-9)
+
+
+def test_reward_to_go_skips_unreached_turns_and_shapes_are_checked():
+    r = torch.tensor([[1., 2., 4.]])
+    assert reward_to_go(r, torch.tensor([[1, 1, 0]])).tolist() == [[3.0, 2.0, 0.0]]
+    with pytest.raises(ValueError, match=r"\[N, T\]"):
+        grae_to_go(torch.zeros(2, 3), torch.tensor([0, 0]), torch.ones(2, 2))
+    with pytest.raises(ValueError, match="norm"):
+        gigpo(torch.zeros(2), torch.tensor([0, 0]), torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), norm="batch")
