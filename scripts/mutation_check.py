@@ -161,6 +161,8 @@ M = [
   "tests/unit/test_turn_advantages.py -k turn_grae"),
  ("turn_gae with lam = gamma", "seeupo/core/advantages.py", "return gae(rewards_NT, values_NT, mask_NT, gamma=gamma, lam=lam)",
   "return gae(rewards_NT, values_NT, mask_NT, gamma=gamma, lam=gamma)", "tests/unit/test_turn_advantages.py -k turn_gae"),
+ ("anchor states never move past the task", "seeupo/rollout/runner.py", "            lv.obs = list(res.observation)\n",
+  "", "tests/integration/test_rollout.py -k anchor"),
  ("trap shaping never paid", "seeupo/envs/trap.py", 'shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0',
   "shaping = 0.0", "tests/unit/test_trap.py -k knobs"),
  ("quick.arms without the reference", "seeupo/sweep/experiment.py", "if unknown or self.reference not in self.quick.arms:",

@@ -16,11 +16,24 @@ turn's prompt, then its response), a turn row is its segment, and there are no t
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field, replace
 
 import torch
 
 FAULTS = ("error", "timeout")  # end reasons that are the environment's fault
+
+
+def anchor_key(messages: list[dict]) -> int:
+    """A 63-bit key of an observation (its messages' roles and contents): equal observations, equal keys.
+
+    >>> anchor_key([{"role": "user", "content": "room A"}]) == anchor_key([{"role": "user", "content": "room A"}])
+    True
+    >>> anchor_key([{"role": "user", "content": "room A"}]) == anchor_key([{"role": "tool", "content": "room A"}])
+    False
+    """
+    text = json.dumps([[m.get("role"), m.get("content")] for m in messages], ensure_ascii=False)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
 def derive_seed(*parts) -> int:
@@ -54,6 +67,9 @@ class Episode:
     error: str = ""  # the exception text when an environment call failed or timed out
     extra_calls: int = 0  # tool calls beyond the one a turn acts on (envs report info["extra_calls"])
     counts: dict = field(default_factory=dict)  # an environment's own counters (info["count/NAME"])
+    # per turn, the anchor state it started from (GiGPO's step groups): ``anchor_key`` of the
+    # environment's messages before the turn (the reset's for turn 0, the previous step's observation after)
+    anchors: list[int] = field(default_factory=list)
 
     @property
     def faulted(self) -> bool:

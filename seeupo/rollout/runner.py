@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seeupo.data.episode import Episode, derive_seed
+from seeupo.data.episode import Episode, anchor_key, derive_seed
 from seeupo.envs.base import EnvFamily, Task
 from seeupo.rollout.sampler import Request
 
@@ -120,6 +120,7 @@ class _Live:
     start: int = 0  # where the current turn's prompt starts in ep.ids
     initial: list | None = None  # history=K: the environment's first messages
     exchanges: list | None = None  # history=K: per finished turn, its reply and the observation after it
+    obs: list | None = None  # the environment's latest messages: the next turn's anchor state
 
 
 def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, int, int, int]],
@@ -144,7 +145,7 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
         text = chat.render(messages, generation_prompt=True)
         ep.append(chat.encode(text))
         live.append(_Live(ep, env, messages, text, torch.Generator().manual_seed(seed), initial=list(messages),
-                          exchanges=[]))
+                          exchanges=[], obs=list(messages)))
     for turn in range(limits.max_turns):
         batch = []
         for lv in live:
@@ -157,6 +158,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
         if not batch:
             live = []
             break
+        for lv in batch:
+            lv.ep.anchors.append(anchor_key(lv.obs))
         if hasattr(policy, "begin_turn"):  # a policy with turn-specific parameters (models.turns)
             policy.begin_turn(turn)
         samples = policy.act([
@@ -192,6 +195,7 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             if res.done:
                 ep.end_reason = "done"
                 continue
+            lv.obs = list(res.observation)
             if limits.history is not None:  # the next turn's prompt, rendered afresh: a new segment
                 lv.exchanges.append([{"role": "assistant", "content": reply}] + res.observation)
                 recent = [m for ex in lv.exchanges[-limits.history:] for m in ex] if limits.history else res.observation

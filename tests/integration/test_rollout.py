@@ -206,3 +206,33 @@ def test_bounded_turn_contexts_render_each_prompt_from_the_task_and_the_last_exc
             assert "algo.rows=turn" in str(err)
         else:
             raise AssertionError("segmented episodes gave trajectory rows")
+
+
+def test_each_turn_records_the_anchor_state_it_started_from(chat):
+    """GiGPO's anchor states: per turn, the key of the environment's messages before it (the task for
+    turn 0, then the previous step's observation). Two episodes of one task share turn 0's anchor; the
+    same call gives the same observation and so the same next anchor; a different call, a different one."""
+    from seeupo.data.episode import anchor_key
+
+    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
+    task = fam.tasks("train")[0]
+    turn, env_index, orig = {}, {}, fam.make
+
+    def policy(env, rng):  # the oracle, but the third episode's first reply is not a call
+        k = turn.setdefault(id(env), 0)
+        turn[id(env)] = k + 1
+        return "no call here" if k == 0 and env_index[id(env)] == 2 else env.oracle_action()
+
+    def make(t, *, seed):
+        env = orig(t, seed=seed)
+        env_index[id(env)] = len(env_index)
+        return env
+
+    fam.make = make
+    eps = run_episodes(scripted(chat, policy), chat, fam, [(task, 0, i, 7) for i in range(3)], RolloutLimits(max_turns=4))
+    a, b, c = (e.anchors for e in eps)
+    assert all(len(e.anchors) == e.n_turns for e in eps) and len(a) == 3
+    assert a[0] == b[0] == c[0] == anchor_key(fam.make(task, seed=0).reset())  # the task's prompt
+    assert a[:3] == b[:3]  # the same calls, the same observations
+    assert c[1] != a[1]  # an error message is another state
+    assert len(set(a)) == 3
