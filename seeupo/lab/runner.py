@@ -81,6 +81,12 @@ class RunConfig:
     beta: float = 0.1  # the KL coefficient of step="kl"
     step_clip: float = 0.2  # the clip range of step="clip" (on the response's ratio, every algorithm)
     advantage: str = "returns"  # exact step, GRAE: "q" replaces each return by E[R | s_t, a_t] (Delta only)
+    # PPO's critic with a controlled error (issue 34, the seed's two limits on one axis): every tree
+    # node's exact value plus ``critic_bias`` plus Gaussian noise of std ``critic_noise``, drawn afresh
+    # each iteration (one draw per node, so a state keeps one estimate within an iteration); 0 and 0:
+    # the exact critic, and the random stream untouched
+    critic_noise: float = 0.0
+    critic_bias: float = 0.0
 
 
 def schedule(algo: Algorithm, cfg: RunConfig) -> Schedule:
@@ -175,7 +181,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
 
         # 2. advantages (core estimators)
         if algo.estimator == "gae":
-            values = _exact_values(p_old, R, shape.tree_node).gather(
+            values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, gen).gather(
                 2, shape.tree_node[ep].reshape(S, n_tasks, E * H)).view(N, H)
             r_NH = torch.zeros(N, H, dtype=torch.float64)
             r_NH[:, -1] = rewards.reshape(N)
@@ -242,6 +248,15 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         diagnostics={"clipfrac_mean": sum(clipfracs) / max(len(clipfracs), 1),
                      "clipfrac_first_tenth": sum(early) / max(len(early), 1)},
     )
+
+
+def critic_values(exact: torch.Tensor, cfg: RunConfig, gen: torch.Generator) -> torch.Tensor:
+    """The critic PPO uses: ``exact`` node values, or with ``cfg.critic_noise`` / ``cfg.critic_bias``
+    those plus the bias and one Gaussian draw per node (no draw, and the same tensor, when both are 0)."""
+    if not (cfg.critic_noise or cfg.critic_bias):
+        return exact
+    noise = torch.randn(exact.shape, generator=gen, dtype=exact.dtype) if cfg.critic_noise else 0.0
+    return exact + cfg.critic_bias + cfg.critic_noise * noise
 
 
 def _exact_values(p_old: torch.Tensor, R: torch.Tensor, tree_node: torch.Tensor) -> torch.Tensor:
