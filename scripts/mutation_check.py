@@ -167,6 +167,8 @@ M = [
   "values = _exact_values(p_old, R, shape.tree_node).gather(", "tests/unit/test_lab.py -k controlled_error"),
  ("critic noise drawn with the wrong scale", "seeupo/lab/runner.py", "exact + cfg.critic_bias + cfg.critic_noise * noise",
   "exact + cfg.critic_bias + cfg.critic_noise ** 2 * noise", "tests/unit/test_lab.py -k controlled_error"),
+ ("every anchor counted as shared", "seeupo/core/advantages.py", "return float((counts[ids] >= 2).double().mean())",
+  "return float((counts[ids] >= 1).double().mean())", "tests/unit/test_turn_advantages.py -k shared_anchor"),
  ("trap shaping never paid", "seeupo/envs/trap.py", 'shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0',
   "shaping = 0.0", "tests/unit/test_trap.py -k knobs"),
  ("quick.arms without the reference", "seeupo/sweep/experiment.py", "if unknown or self.reference not in self.quick.arms:",

@@ -295,6 +295,24 @@ def gigpo(
     return torch.where(m > 0, a_e[:, None] + omega * a_s, torch.zeros_like(a_s))
 
 
+def shared_anchor_fraction(group_ids_N: torch.Tensor, anchor_keys_NT: torch.Tensor, mask_NT: torch.Tensor) -> float:
+    """GiGPO's diagnostic: the fraction of reached turns whose step group (``gigpo``: the reached turns
+    of the same episode group with the same anchor key) has two or more members; 0 with no reached turn.
+
+    Example (the ``gigpo`` example's episodes: 5 reached turns, two of them share an anchor state):
+        >>> shared_anchor_fraction(torch.tensor([0, 0, 1]), torch.tensor([[5, 6], [5, 7], [5, 0]]),
+        ...                        torch.tensor([[1, 1], [1, 1], [1, 0]]))
+        0.4
+    """
+    _check_NT("anchor_keys_NT", anchor_keys_NT, mask_NT, group_ids_N.shape[0])
+    reached = mask_NT.bool()
+    if not bool(reached.any()):
+        return 0.0
+    keys = torch.stack([group_ids_N.long()[:, None].expand_as(anchor_keys_NT), anchor_keys_NT.long()], dim=-1)[reached]
+    _, ids, counts = torch.unique(keys, dim=0, return_inverse=True, return_counts=True)
+    return float((counts[ids] >= 2).double().mean())
+
+
 def _turn_keys(group_ids_N: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
     n, t = mask_NT.shape
     turns = torch.arange(t, device=mask_NT.device)[None, :].expand(n, t)

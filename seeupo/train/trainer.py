@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from seeupo.core.advantages import gae, gae_by_episode, grae
+from seeupo.core.advantages import gae, gae_by_episode, grae, shared_anchor_fraction
 from seeupo.core.algorithms import carries_factor, get_algorithm
 from seeupo.core.metrics import avg_at_k, pass_at_k
 from seeupo.core.schedule import kept_turn
@@ -98,6 +98,18 @@ def episode_stats(episodes: list[Episode], threshold: float, counters=()) -> dic
     for reason in ("done", "max_turns", "context", "error", "timeout"):
         m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
     return m
+
+
+def _shared_anchors(episodes: list[Episode], groups: torch.Tensor) -> float:
+    """The fraction of the iteration's turns whose anchor state another turn of the same group shares
+    (GiGPO's step-group diagnostic, ``core.advantages.shared_anchor_fraction``)."""
+    width = max((len(e.anchors) for e in episodes), default=0)
+    keys = torch.zeros(len(episodes), width, dtype=torch.long)
+    mask = torch.zeros(len(episodes), width, dtype=torch.long)
+    for i, e in enumerate(episodes):
+        keys[i, :len(e.anchors)] = torch.tensor(e.anchors, dtype=torch.long)
+        mask[i, :len(e.anchors)] = 1
+    return shared_anchor_fraction(groups, keys, mask)
 
 
 def _groups_with_signal(rewards: torch.Tensor, groups: torch.Tensor) -> float:
@@ -476,6 +488,7 @@ class Trainer:
         record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
                   "advantage_abs_mean": float(adv_E.abs().mean()), "advantage_abs_max": float(adv_E.abs().max()),
                   "groups_with_signal": _groups_with_signal(rewards, groups),
+                  "anchors/shared_fraction": _shared_anchors(episodes, groups),
                   "turn": {str(t): d for t, d in sorted(per_turn.items())}}
         return record
 

@@ -194,4 +194,10 @@ def test_the_evaluations_carry_the_environment_counters(tmp_path):
         assert ev["env"]["guess"] + ev["env"]["vault"] <= 1.0
         assert ev["env"]["deep"] <= min(ev["env"]["vault"], ev["reward_mean"]) + 1e-9
     train = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert "env/deep" in [r for r in train if "reward_mean" in r][0]
+    first = [r for r in train if "reward_mean" in r][0]
+    assert "env/deep" in first
+    # GiGPO's diagnostic: every episode of a group starts from the task's prompt, so turn 0 always
+    # shares its anchor (a group of 2 here); its value lies between turn 0's share and 1
+    turns0 = first["turn"]["0"]["rows"]
+    all_turns = sum(d["rows"] for d in first["turn"].values())
+    assert turns0 / all_turns - 1e-9 <= first["anchors/shared_fraction"] <= 1.0

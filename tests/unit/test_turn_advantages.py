@@ -117,3 +117,16 @@ def test_reward_to_go_skips_unreached_turns_and_shapes_are_checked():
         grae_to_go(torch.zeros(2, 3), torch.tensor([0, 0]), torch.ones(2, 2))
     with pytest.raises(ValueError, match="norm"):
         gigpo(torch.zeros(2), torch.tensor([0, 0]), torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), norm="batch")
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases)
+def test_shared_anchor_fraction_matches_a_loop(case):
+    from seeupo.core.advantages import shared_anchor_fraction
+
+    groups, mask, _, anchors = _episodes(*case)
+    g, m, a = groups.tolist(), mask.tolist(), anchors.tolist()
+    n, t = mask.shape
+    reached = [(i, s) for i in range(n) for s in range(t) if m[i][s]]
+    shared = [sum(1 for j, u in reached if g[j] == g[i] and a[j][u] == a[i][s]) >= 2 for i, s in reached]
+    assert shared_anchor_fraction(groups, anchors, mask) == pytest.approx(sum(shared) / len(shared))
