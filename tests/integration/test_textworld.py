@@ -68,6 +68,20 @@ def test_train_runs_on_textworld(tmp_path):
     assert sum("reward_mean" in r for r in records) == 2
 
 
+def test_the_textworld_preset_runs_with_a_tiny_model(tmp_path):
+    """`--preset textworld` as shipped (brief game text, full history, TextWorld's expert in half the
+    warm-up) with only the model and the sizes shrunk; the preset's own run is measured in docs/train.md."""
+    res = CliRunner().invoke(app, ["train", "--preset", "textworld", "--steps", "1", "--out", str(tmp_path),
+                                   "model.name=tiny-random", "model.lora=false", "warmup.episodes=4",
+                                   "rollout.tasks_per_iteration=2", "rollout.group_size=2", "eval.tasks=2", "eval.k=1",
+                                   "run.loggers=[jsonl]"])
+    assert res.exit_code == 0, res.output
+    assert "expert" in res.output  # the oracle warm-up
+    cfg = (tmp_path / "config.yaml").read_text()
+    assert "observation: brief" in cfg and "source: oracle" in cfg
+    assert json.loads((tmp_path / "summary.json").read_text())["iterations"] == 1
+
+
 def test_reward_options_outcome_and_progress(tmp_path, monkeypatch, chat):
     """env.options.reward: outcome gives an episode's total on its last turn; on these generated
     one-quest games the score moves only at the win, so score_delta is the same; progress (TextWorld's
