@@ -568,7 +568,7 @@ def _run_report(out: Path) -> None:
              "(rows: episodes that reached the turn; factor: SeeUPO's carried weight; turn ratio: the "
              "turn's ratio after its phase's update; half-rise: the first iteration at which the turn's trailing "
              "3-iteration mean went half the way from its early mean to its late one, '-' where it moved by less "
-             "than 0.05 in success or 0.01 in advantage).", "", *summary_markdown(summary)]
+             "than 0.05 in success or 0.01 in advantage, or no full window got there).", "", *summary_markdown(summary)]
     (out / "turns.md").write_text("\n".join(lines) + "\n")
     plot = turn_plot(records, out / "turns.png", title=str(out))
     console.print("\n".join(summary_markdown(summary)))

@@ -223,10 +223,10 @@ def reward_to_go(rewards_NT: torch.Tensor, mask_NT: torch.Tensor, *, gamma: floa
     r = rewards_NT.float() if not rewards_NT.is_floating_point() else rewards_NT
     m = mask_NT.to(r.dtype)
     out = torch.zeros_like(r)
-    nxt = r.new_zeros(r.shape[0])
+    acc = r.new_zeros(r.shape[0])
     for t in range(r.shape[1] - 1, -1, -1):
-        nxt = (r[:, t] + gamma * nxt) * m[:, t]
-        out[:, t] = nxt
+        acc = r[:, t] * m[:, t] + gamma * acc
+        out[:, t] = acc * m[:, t]
     return out
 
 

@@ -101,7 +101,7 @@ class Episode:
         end = self.turn_ends[n - 1]
         return replace(self, ids=self.ids[:end], gen_mask=self.gen_mask[:end], turn_of=self.turn_of[:end],
                        logp=self.logp[:end], turn_ends=self.turn_ends[:n], turn_starts=self.turn_starts[:n],
-                       texts=self.texts[:n],
+                       texts=self.texts[:n], anchors=self.anchors[:n],
                        step_rewards=self.step_rewards[:n])
 
     def append(self, ids: list[int], *, turn: int = -1, logp: list[float] | None = None) -> None:

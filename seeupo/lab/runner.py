@@ -83,8 +83,8 @@ class RunConfig:
     advantage: str = "returns"  # exact step, GRAE: "q" replaces each return by E[R | s_t, a_t] (Delta only)
     # PPO's critic with a controlled error (issue 34, the seed's two limits on one axis): every tree
     # node's exact value plus ``critic_bias`` plus Gaussian noise of std ``critic_noise``, drawn afresh
-    # each iteration (one draw per node, so a state keeps one estimate within an iteration); 0 and 0:
-    # the exact critic, and the random stream untouched
+    # each iteration (one draw per node, so a state keeps one estimate within an iteration) from a
+    # generator of its own, so the sampled episodes and turn orders stay the exact-critic run's
     critic_noise: float = 0.0
     critic_bias: float = 0.0
 
@@ -132,6 +132,8 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
     pcols = shape.policy_cols
     R = problem.rewards
     gen = torch.Generator().manual_seed(seed)
+    critic_gen = torch.Generator().manual_seed(seed + 7_919)  # the critic's error: its own stream, so the
+    # episodes sampled and the turn orders drawn are the exact-critic run's
     theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
     if shape.chance:  # one more row: the environment's fixed logits (no row loss reaches it)
         env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)
@@ -181,7 +183,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
 
         # 2. advantages (core estimators)
         if algo.estimator == "gae":
-            values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, gen).gather(
+            values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen).gather(
                 2, shape.tree_node[ep].reshape(S, n_tasks, E * H)).view(N, H)
             r_NH = torch.zeros(N, H, dtype=torch.float64)
             r_NH[:, -1] = rewards.reshape(N)

@@ -180,8 +180,8 @@ def write(out: Path, res: dict, *, title: str = "", command: str = "") -> dict[s
     if any(sm for _, sm in per_turn):  # the mean over seeds of each seed's early and late thirds
         lines += ["", "## Per turn", "", "Training iterations: the mean over seeds of each seed's first third -> last "
                   "third; half-rise: the median over seeds of the first iteration at which a turn's trailing "
-                  "3-iteration mean went half the way from its early mean to its late one (in brackets: the seeds in "
-                  "which it moved by at least 0.05 in success, 0.01 in advantage x factor, of all).", ""]
+                  "3-iteration mean (full windows) went half the way from its early mean to its late one (in brackets: the "
+                  "seeds in which it moved by at least 0.05 in success, 0.01 in advantage x factor, of all).", ""]
         for arm, sm in per_turn:
             lines += summary_markdown(sm, f"**{arm}**") + [""]
     if res.get("tuned"):

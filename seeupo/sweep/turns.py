@@ -37,16 +37,20 @@ WINDOW = 3
 def half_rise(points: list[tuple[int, float]], early: float, late: float, min_move: float,
               window: int = WINDOW) -> int | None:
     """The first iteration at which the trailing ``window``-point mean of ``points`` ((iteration,
-    value), in order) has gone half the way from ``early`` to ``late``; None when the two differ by
-    less than ``min_move`` (the turn did not move) or no point gets there."""
+    value), in order; full windows only, or every point of a shorter series) has gone half the way
+    from ``early`` to ``late``; None when the two differ by less than ``min_move`` (the turn did not
+    move) or no window gets there."""
     if not (early == early and late == late) or abs(late - early) < min_move:
         return None
     mid, up = (early + late) / 2, late > early
+    n_points = sum(1 for _, v in points if v is not None and v == v)
     vals = []
     for it, v in points:
         if v is None or v != v:
             continue
         vals.append(v)
+        if len(vals) < min(window, n_points):  # a full window only: one early point is noise, not a rise
+            continue
         m = sum(vals[-window:]) / len(vals[-window:])
         if (m >= mid) if up else (m <= mid):
             return it

@@ -104,6 +104,8 @@ def _shared_anchors(episodes: list[Episode], groups: torch.Tensor) -> float:
     """The fraction of the iteration's turns whose anchor state another turn of the same group shares
     (GiGPO's step-group diagnostic, ``core.advantages.shared_anchor_fraction``)."""
     width = max((len(e.anchors) for e in episodes), default=0)
+    if not width:  # episodes without anchor records (not from the runner): unknown, not "none shared"
+        return float("nan")
     keys = torch.zeros(len(episodes), width, dtype=torch.long)
     mask = torch.zeros(len(episodes), width, dtype=torch.long)
     for i, e in enumerate(episodes):

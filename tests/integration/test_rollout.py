@@ -236,3 +236,4 @@ def test_each_turn_records_the_anchor_state_it_started_from(chat):
     assert a[:3] == b[:3]  # the same calls, the same observations
     assert c[1] != a[1]  # an error message is another state
     assert len(set(a)) == 3
+    assert eps[0].first_turns(2).anchors == a[:2]  # a cut episode keeps its turns' anchors only

@@ -113,6 +113,8 @@ def test_turn_gae_matches_a_loop(case, gamma, lam):
 def test_reward_to_go_skips_unreached_turns_and_shapes_are_checked():
     r = torch.tensor([[1., 2., 4.]])
     assert reward_to_go(r, torch.tensor([[1, 1, 0]])).tolist() == [[3.0, 2.0, 0.0]]
+    # the formula over reached turns, also across a gap: G_0 = 1 + 0.5^2 * 4
+    assert reward_to_go(r, torch.tensor([[1, 0, 1]]), gamma=0.5).tolist() == [[2.0, 0.0, 4.0]]
     with pytest.raises(ValueError, match=r"\[N, T\]"):
         grae_to_go(torch.zeros(2, 3), torch.tensor([0, 0]), torch.ones(2, 2))
     with pytest.raises(ValueError, match="norm"):

@@ -55,6 +55,10 @@ def test_half_rise_says_which_turn_moved_first():
     assert s["0"]["half_rise"]["success"] == 7 and s["1"]["half_rise"]["success"] == 3
     flat = turn_summary(stream([0.5] * 6, [0.5, 0.52, 0.5, 0.5, 0.53, 0.52]))
     assert flat["0"]["half_rise"]["success"] is None and flat["1"]["half_rise"]["success"] is None
+    # one noisy first point does not count as the rise: only full 3-point windows do
+    noisy = [0.7, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8, 0.9, 0.8]  # early 0.3, late 0.833, mid 0.567
+    # full-window means: it2 0.3, it3 0.133, it4 0.2, it5 0.333, it6 0.533, it7 0.733 >= 0.567 -> 7
+    assert turn_summary(stream(noisy, [None] * 9))["0"]["half_rise"]["success"] == 7
     down = turn_summary(stream([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [None] * 6))
     assert down["0"]["half_rise"]["success"] == 4  # falls: 2/3 at 3 is above 0.5, 1/3 at 4 is below
     # pooled: the median over the seeds in which the turn moved, and their count
