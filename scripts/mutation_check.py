@@ -175,6 +175,8 @@ M = [
  ("brief textworld observations keep the whole text", "seeupo/envs/textworld.py",
   'return first_line(text) if self.opts.observation == "brief" else text.strip()', "return text.strip()",
   "tests/integration/test_textworld.py -k brief"),
+ ("the trap sizing table's digit changed by hand", "docs/experiments.md", "| P 0.5 | 0.078 | 0.078 | 0.020",
+  "| P 0.5 | 0.078 | 0.079 | 0.020", "tests/unit/test_textworld_preset_record.py -k trap"),
  ("trap shaping never paid", "seeupo/envs/trap.py", 'shaping = self.opts.intermediate_reward if key == d["ask"] else 0.0',
   "shaping = 0.0", "tests/unit/test_trap.py -k knobs"),
  ("quick.arms without the reference", "seeupo/sweep/experiment.py", "if unknown or self.reference not in self.quick.arms:",
