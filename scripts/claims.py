@@ -22,6 +22,13 @@ Kinds:
 - ``pairs:EXPERIMENT`` — a declared family of paired contrasts (``PAIRS``: e.g. ``adapters``' per-turn
   adapter against the one-adapter capacity control), each with its t interval, exact p and Holm's
   p_holm across the family;
+- ``env:EXPERIMENT`` — the environment's per-episode counters of the held-out evaluation before and
+  after RL (``eval_before.env`` / ``eval_after.env`` in each trial's summary.json; e.g. the trap
+  family's deep path, guess and vault), per arm: the means over seeds and the paired change
+  after - before with its t interval, exact p and Holm's p_holm across every row of the table;
+- ``seeds:EXPERIMENT`` — each arm's metric after RL on every seed;
+- ``tuned:EXPERIMENT`` — a tuned experiment's chosen configurations (its ``tuned.json``): per tuned
+  arm the values chosen, the tuning score, the number of tuning trials and of distinct configurations among them;
 - ``lab-limits`` / ``lab-turn-rows`` / ``lab-reach-turn`` — ``seeupo lab limits``' table and the
   turn-level algorithms' rows of ``seeupo lab table1`` and ``seeupo lab reach``, from
   ``results/lab/{limits,table1,reach}.json`` (those commands' JSON without the ``curves`` key);
@@ -130,6 +137,68 @@ def arms_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def env_rows(name: str) -> list[tuple[str, str, float, float, dict]]:
+    """``(arm, counter, before mean, after mean, paired contrast of after - before)`` for every counter
+    the environment reports, with ``p_holm`` across all rows."""
+    import json
+
+    from seeupo.sweep.stats import contrast, holm, mean
+
+    res = results(name)
+    rows = []
+    for a in res["arms"]:
+        per_seed = {}
+        for path in sorted((sweep_folder(name) / "trials" / a["name"]).glob("seed-*/summary.json")):
+            s = json.loads(path.read_text())
+            before, after = s["eval_before"].get("env") or {}, s["eval_after"].get("env") or {}
+            for k in sorted(set(before) & set(after)):
+                per_seed.setdefault(k, []).append((before[k], after[k]))
+        for k, pairs in per_seed.items():
+            rows.append((a["name"], k, mean([b for b, _ in pairs]), mean([x for _, x in pairs]),
+                         contrast([x - b for b, x in pairs])))
+    if not rows:
+        raise SystemExit(f"{name}: no trial's summary.json has environment counters (eval_before.env)")
+    for row, ph in zip(rows, holm([r[4]["p"] for r in rows])):
+        row[4]["p_holm"] = ph
+    return rows
+
+
+def env_table(name: str) -> str:
+    lines = ["| arm | counter | before RL | after RL | change [95% CI] | seeds | p | p_holm | reading |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    rows = env_rows(name)
+    for arm, k, b, x, c in rows:
+        lines.append(f"| {arm} | {k} | {b:.3f} | {x:.3f} | {c['diff']:+.3f} {_ci(c['diff_ci95'])} | {c['pairs']} | "
+                     f"{_p(c['p'])} | {_p(c['p_holm'])} | {_reading(c)} |")
+    return "\n".join(lines) + (f"\n\nShare of held-out episodes, mean over seeds; change paired by seed; Holm's "
+                               f"correction across these {len(rows)} rows.")
+
+
+def tuned_table(name: str) -> str:
+    tuned = results(name).get("tuned") or {}
+    if not tuned:
+        raise SystemExit(f"{name}: no tuned arm in its records")
+    keys = sorted({k for t in tuned.values() for k in t["params"]})
+    lines = ["| arm | " + " | ".join(f"`{k}`" for k in keys) + " | tuning score | tuning trials | distinct configurations |",
+             "|---|" + "---|" * len(keys) + "---|---|---|"]
+    for arm, t in tuned.items():
+        vals = [str(t["params"].get(k, "-")) for k in keys]
+        distinct = len({tuple(sorted(sc["params"].items())) for sc in t.get("scores", [])})
+        lines.append(f"| {arm} | " + " | ".join(vals) + f" | {t['value']:.3f} | {t['trials']} | {distinct} |")
+    return "\n".join(lines)
+
+
+def seeds_table(name: str) -> str:
+    """Each arm's metric after RL on every seed (to see which seeds carry a mean or collapse)."""
+    res = results(name)
+    seeds = sorted({int(s) for a in res["arms"] for s in a["per_seed"]})
+    lines = ["| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for a in res["arms"]:
+        cells = [a["per_seed"].get(str(s), {}).get("after") for s in seeds]
+        lines.append(f"| {a['name']} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells) + " |")
+    return "\n".join(lines) + f"\n\n{res['metric']} after RL per seed."
+
+
 def robustness(one_cpu: bool) -> str:
     import json
 
@@ -182,6 +251,10 @@ FINDINGS = [
     ("PPO (a critic) against SeeUPO, matched schedules (`lookup`)", "compare", "ppo", "seeupo"),
     ("RLOO (one on-policy step) against SeeUPO (`lookup`)", "compare", "rloo", "seeupo"),
     ("GRPO against SeeUPO on the trap family (format-only warm-up)", "compare_trap", "grpo", "seeupo"),
+    ("GRPO against SeeUPO on the trap family (partial expert warm-up)", "compare_trap_oracle", "grpo", "seeupo"),
+    ("GSPO tuned against its default configuration (`lookup`, equal tuning budget)", "fair", "gspo-tuned",
+     "gspo-default"),
+    ("GRPO tuned against SeeUPO tuned (`lookup`, equal tuning budget)", "fair", "grpo-tuned", "seeupo-tuned"),
     ("A LoRA adapter per turn against one shared adapter on top (SeeUPO)", "adapters", "seeupo-per_turn",
      "seeupo-lora1"),
     ("A LoRA adapter per turn against one shared adapter on top (GRPO)", "adapters", "grpo-per_turn", "grpo-lora1"),
@@ -201,6 +274,9 @@ FINDINGS = [
 
 # Declared families of paired contrasts beyond "each arm against the reference": Holm across the family.
 PAIRS = {
+    # best-of against same-config for each algorithm, then each tuned baseline against tuned SeeUPO
+    "fair": [*((f"{a}-tuned", f"{a}-default") for a in ("seeupo", "grpo", "gspo", "ppo")),
+             *((f"{a}-tuned", "seeupo-tuned") for a in ("grpo", "gspo", "ppo"))],
     "adapters": [(f"{a}-{arm}", f"{a}-{base}") for a in ("seeupo", "grpo")
                  for arm, base in (("per_turn", "shared"), ("embedding", "shared"), ("lora1", "shared"),
                                    ("per_turn", "lora1"))],
@@ -333,6 +409,12 @@ def render(spec: str) -> str:
         return lab_reach_turn()
     if kind == "arms":
         return arms_table(arg)
+    if kind == "env":
+        return env_table(arg)
+    if kind == "tuned":
+        return tuned_table(arg)
+    if kind == "seeds":
+        return seeds_table(arg)
     if kind == "robustness":
         return robustness(one_cpu=False)
     if kind == "robustness-onecpu":

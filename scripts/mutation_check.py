@@ -5,8 +5,9 @@ failure, restore the file.
     python scripts/mutation_check.py factor      # those whose name contains "factor"
     python scripts/mutation_check.py --shard 1/2 # every other mutation (two shards in two checkouts
                                                  # of one commit run on two cores side by side)
-    python scripts/mutation_check.py --table LOG [LOG ...]  # the outcome table of these runs' output
-                                                 # into docs/reliability.md (between its markers)
+    python scripts/mutation_check.py --table LOG [LOG ...]  # these runs' outcomes over the table in
+                                                 # docs/reliability.md (between its markers); keep
+                                                 # the logs in results/mutation/
 
 First each named test selection runs on the unmutated code: it must select tests and pass (else the
 mutation is BROKEN: a failing or empty selection proves nothing). Then, per mutation:
@@ -268,6 +269,12 @@ M = [
   "tests/integration/test_claims.py -k published"),
  ("a finding called a difference without Holm", "scripts/claims.py", "return verdict(c).split(' (')[0].split(' by')[0]", "return 'lower' if c['diff'] < 0 else 'higher'",
   "tests/integration/test_claims.py -k holm"),
+ ("env counters: change taken as before - after", "scripts/claims.py",
+  "contrast([x - b for b, x in pairs])", "contrast([b - x for b, x in pairs])",
+  "tests/integration/test_claims.py -k published"),
+ ("tuned table: a repeated configuration counted as distinct", "scripts/claims.py",
+  'distinct = len({tuple(sorted(sc["params"].items())) for sc in t.get("scores", [])})', 'distinct = len(t.get("scores", []))',
+  "tests/integration/test_claims.py -k published"),
  ("sweep: a dead worker's trial never recovered", "seeupo/sweep/engine.py",
   "    for trial_id in storage._get_stale_trial_ids(study._study_id):\n", "    for trial_id in []:\n",
   "tests/integration/test_sweep_recovery.py -k stale"),
@@ -386,9 +393,18 @@ LINE = re.compile(r"^\s*\d+/\d+ (CAUGHT|MISSED|STALE|ERROR|BROKEN)\s+(.*)$")
 
 def table(logs: list[str], doc: str = "docs/reliability.md") -> int:
     """The outcome table of one or more runs' printed output (shards of one commit), written into
-    ``doc`` between ``<!-- mutation-outcome -->`` markers, in the order of ``M``."""
-    got = {}
+    ``doc`` between ``<!-- mutation-outcome -->`` markers, in the order of ``M``. The table already in
+    ``doc`` is the first log (earlier runs' outcomes, whose logs are in ``results/mutation/`` or, before
+    that folder, were not kept); a later log's outcome replaces an earlier one's."""
+    src = open(doc).read()
+    start, end = "<!-- mutation-outcome -->\n", "<!-- /mutation-outcome -->"
+    i, j = src.index(start) + len(start), src.index(end)
     names = [m[0] for m in M]
+    got = {}
+    for row in src[i:j].splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
+        if len(cells) == 3 and cells[0] in names:
+            got[cells[0]] = (cells[1], cells[2])
     for log in logs:
         for line in open(log):
             if m := LINE.match(line.rstrip("\n")):  # names may hold ": " themselves: the longest known one
@@ -401,9 +417,6 @@ def table(logs: list[str], doc: str = "docs/reliability.md") -> int:
     text = ("| mutation | outcome | the selected tests' last line |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
             + " / ".join(f"{k} {v}" for k, v in tally.items()) + f" of {len(got)} mutations"
             + (f"; not run: {len(missing)}" if missing else "") + ".\n")
-    src = open(doc).read()
-    start, end = "<!-- mutation-outcome -->\n", "<!-- /mutation-outcome -->"
-    i, j = src.index(start) + len(start), src.index(end)
     open(doc, "w").write(src[:i] + text + src[j:])
     print(text.splitlines()[-1])
     return 0 if tally["CAUGHT"] == len(names) and not missing else 1
