@@ -26,6 +26,9 @@ Kinds:
   after RL (``eval_before.env`` / ``eval_after.env`` in each trial's summary.json; e.g. the trap
   family's deep path, guess and vault), per arm: the means over seeds and the paired change
   after - before with its t interval, exact p and Holm's p_holm across every row of the table;
+- ``turns:EXPERIMENT`` / ``turns:EXPERIMENT:ARM,ARM`` — the report's per-turn tables of those arms
+  (training iterations' early third -> late third per turn, and when each turn's success and
+  advantage moved: the half-rise);
 - ``seeds:EXPERIMENT`` — each arm's metric after RL on every seed;
 - ``tuned:EXPERIMENT`` — a tuned experiment's chosen configurations (its ``tuned.json``): per tuned
   arm the values chosen, the tuning score, the number of tuning trials and of distinct configurations among them;
@@ -170,8 +173,28 @@ def env_table(name: str) -> str:
     for arm, k, b, x, c in rows:
         lines.append(f"| {arm} | {k} | {b:.3f} | {x:.3f} | {c['diff']:+.3f} {_ci(c['diff_ci95'])} | {c['pairs']} | "
                      f"{_p(c['p'])} | {_p(c['p_holm'])} | {_reading(c)} |")
+    trapped = [(a["name"], a["trapped"], a["n"]) for a in results(name)["arms"] if a.get("trapped") is not None]
+    tail = ("" if not trapped else "\n\nRuns that ended in the trap (most episodes of their last 5 training "
+            "iterations took the guess): " + ", ".join(f"{n} {t} of {k}" for n, t, k in trapped) + ".")
     return "\n".join(lines) + (f"\n\nShare of held-out episodes, mean over seeds; change paired by seed; Holm's "
-                               f"correction across these {len(rows)} rows.")
+                               f"correction across these {len(rows)} rows.") + tail
+
+
+def turns_table(spec: str) -> str:
+    """``EXPERIMENT`` or ``EXPERIMENT:ARM,ARM``: the report's per-turn tables (training iterations, early
+    third -> late third, and each turn's half-rise) of those arms (all by default), from the records."""
+    from seeupo.sweep.report import collect
+    from seeupo.sweep.turns import pooled_summary, summary_markdown
+
+    name, _, arms = spec.partition(":")
+    trials = collect(sweep_folder(name))
+    chosen = arms.split(",") if arms else [a["name"] for a in results(name)["arms"]]
+    lines = []
+    for arm in chosen:
+        if arm not in trials:
+            raise SystemExit(f"{name}: no trials of arm {arm!r} in its records")
+        lines += summary_markdown(pooled_summary([t["records"] for t in trials[arm].values()]), f"**{arm}**") + [""]
+    return "\n".join(lines).rstrip("\n")
 
 
 def tuned_table(name: str) -> str:
@@ -415,6 +438,8 @@ def render(spec: str) -> str:
         return tuned_table(arg)
     if kind == "seeds":
         return seeds_table(arg)
+    if kind == "turns":
+        return turns_table(arg)
     if kind == "robustness":
         return robustness(one_cpu=False)
     if kind == "robustness-onecpu":
