@@ -182,12 +182,12 @@ def _print_rows(rows: list[dict], title: str) -> None:
 
 
 def _build_config(preset, overrides, *, algo=None, model=None, env=None, out=None, steps=None, seed=None,
-                  resume=False):
+                  resume=False, agent=None):
     from seeupo.train.config import ConfigError, load_config
 
     extra: dict = {}
     for key, value in (("algo.name", algo), ("model.name", model), ("env.name", env), ("run.out", out),
-                       ("run.iterations", steps), ("run.seed", seed)):
+                       ("run.iterations", steps), ("run.seed", seed), ("rollout.agent", agent)):
         if value is not None:
             extra[key] = value
     if resume:
@@ -244,6 +244,8 @@ def train(
     seed: Optional[int] = typer.Option(None, "--seed", help="run seed"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in --out (its files only)"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="an agent program as the rollout source, FILE.py:FUNCTION "
+                                        "or module:function (async def f(task, client) -> reward; docs/agents.md)"),
 ) -> None:
     """Train an LLM agent with RL (SeeUPO by default) and evaluate it before and after.
 
@@ -256,7 +258,7 @@ def train(
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     cfg = _build_config(preset, overrides, algo=algo, model=model, env=env, out=out, steps=steps, seed=seed,
-                        resume=resume)
+                        resume=resume, agent=agent)
     if not resume and not overwrite and ckpt.holds_run(Path(cfg.run.out)):
         fail(f"{cfg.run.out} already holds a run; continue it with --resume, replace it with --overwrite, "
              "or choose a new --out")
@@ -366,6 +368,41 @@ def evaluate(
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "eval.json").write_text(_json.dumps(data, indent=1))
+
+
+@app.command("serve")
+def serve(
+    overrides: Optional[list[str]] = typer.Argument(None, help="config overrides (serve.parser=hermes, serve.tool_role=tool, ...)"),
+    preset: str = typer.Option("default", "--preset", help="preset name or YAML path"),
+    model: Optional[str] = typer.Option(None, "--model", help="model short name, local folder or HF name"),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint", help="a run folder: serve its latest checkpoint"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="most tokens in one reply"),
+) -> None:
+    """Serve a model, or a run's latest checkpoint, as an OpenAI-compatible endpoint: POST /v1/chat/completions (messages, tools, tool_choice, temperature, max_tokens, n, logprobs, seed) and GET /v1/models. Tool calls are parsed from the model's own syntax (serve.parser) into OpenAI tool_calls. Requests that arrive together are batched. docs/agents.md."""  # noqa: E501
+    from seeupo.serve.app import serve_forever
+    from seeupo.serve.engine import ChatEngine
+    from seeupo.train import checkpoint as ckpt
+
+    extra = [*(overrides or []), "warmup.enabled=off"]
+    if checkpoint_dir:
+        cfg = _run_config(checkpoint_dir, extra + ([f"model.name={model}"] if model else []))
+        if ckpt.latest(Path(checkpoint_dir)) is None:
+            fail(f"no checkpoint under {checkpoint_dir}/checkpoints (the run stopped before its first one)")
+    else:
+        cfg = _build_config(preset, extra, model=model)
+    _preflight(cfg)
+    trainer = _trainer(cfg)
+    if checkpoint_dir:
+        path = ckpt.latest(Path(checkpoint_dir))
+        ckpt.load(path, trainer.named_params, None)
+        console.print(f"loaded {path}")
+    engine = ChatEngine(trainer.sampler, trainer.chat, model_name=cfg.model.name, parser=cfg.serve.parser,
+                        tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context, max_new_tokens=max_tokens,
+                        temperature=None, max_wait_s=cfg.serve.max_wait_ms / 1000)
+    console.print(f"serving {cfg.model.name} on http://{host}:{port}/v1 (model name {cfg.model.name!r}; Ctrl-C stops)")
+    serve_forever(engine, host, port)
 
 
 @app.command("sample")

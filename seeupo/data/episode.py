@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-FAULTS = ("error", "timeout")  # end reasons that are the environment's fault
+# end reasons that are not the policy's doing: the environment (or an agent program, seeupo.rollout.agent)
+# raised or timed out, the agent made no model call, or the server refused one of its calls
+FAULTS = ("error", "timeout", "no_call", "refused")
 
 
 def anchor_key(messages: list[dict]) -> int:
@@ -73,8 +75,9 @@ class Episode:
 
     @property
     def faulted(self) -> bool:
-        """Ended by the environment (a crash or a timeout), not by the policy: such episodes are
-        counted and left out of the loss and the group baselines."""
+        """Ended by the environment or the agent program (a crash, a timeout, no call, a refused
+        call), not by the policy: such episodes are counted and left out of the loss and the group
+        baselines."""
         return self.end_reason in FAULTS
 
     @property

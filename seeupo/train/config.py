@@ -71,6 +71,10 @@ class RolloutConfig(Strict):
     batch_size: int = Field(64, ge=1, description="most episodes generated together")
     prefix_cache: bool = Field(True, description="hf backend: keep each episode's KV cache from one turn to the next "
                                "(a turn pre-fills only its new tokens)")
+    agent: Optional[str] = Field(None, description="an agent program as the rollout source (FILE.py:FUNCTION or "
+                                 "module:function; `seeupo train --agent`): async def f(task, client) -> reward, its "
+                                 "client an openai.AsyncOpenAI on the run's endpoint; each model call is a turn "
+                                 "(docs/agents.md). Needs turn rows like rollout.history=last:K")
     history: str = Field("full", description="a turn's prompt: full (the whole transcript so far, one growing "
                          "stream) or last:K (the environment's first messages, i.e. system prompt and task, then the "
                          "last K exchanges, each a reply and the observation after it; last:0: the current observation "
@@ -297,6 +301,22 @@ class RunConfig(Strict):
                                "skipped for a non-finite loss or gradient (skipped steps are never applied)")
 
 
+class ServeConfig(Strict):
+    """The OpenAI-compatible endpoint (`seeupo serve`, and the one a run with rollout.agent starts)."""
+
+    parser: str = Field("json", description="tool-call syntax of the model's replies, parsed into OpenAI tool_calls "
+                        "and used to render assistant tool_calls back: json ({\"tool\": NAME, ...}) or hermes "
+                        "(<tool_call>...</tool_call>)")
+    tool_role: Literal["user", "tool"] = Field("user", description="the role a `tool` message is rendered with (user: "
+                                               "for chat templates without a tool role, as the built-in "
+                                               "environments send observations)")
+    max_wait_ms: float = Field(20.0, ge=0, description="how long the first waiting request waits for others to "
+                               "batch with (a run's agents: until every running agent has a call waiting)")
+    agent_timeout_s: Optional[float] = Field(600.0, gt=0, description="seconds one agent episode may take, its model "
+                                             "calls included; past it the episode ends as 'timeout' (excluded "
+                                             "from the loss). None: no limit")
+
+
 class ParallelConfig(Strict):
     strategy: Literal["ddp", "fsdp2"] = Field("ddp", description="several processes (torchrun / accelerate "
                                               "launch): ddp replicates parameters, fsdp2 shards them (fully_shard)")
@@ -312,6 +332,7 @@ class Config(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
     def _combinations(self):
@@ -343,8 +364,8 @@ class Config(Strict):
             if self.algo.turn_alignment != "from_start" or self.algo.placeholders:
                 raise ValueError(f"{ta} needs algo.turn_alignment=from_start and no algo.placeholders (a row's turn "
                                  "index names its adapter)")
-        if self.rollout.history != "full":
-            h = f"rollout.history={self.rollout.history}"
+        if self.rollout.history != "full" or self.rollout.agent:
+            h = f"rollout.history={self.rollout.history}" if self.rollout.history != "full" else "rollout.agent"
             if not algo.sequential and self.algo.effective_estimator() == "grae" and self.algo.effective_order() == "joint" and self.algo.rows != "turn":
                 raise ValueError(f"{h}: {self.algo.name} on trajectory rows needs one stream per episode; set "
                                  "algo.rows=turn (one row per turn, each its own prompt and reply)")

@@ -97,6 +97,9 @@ def episode_stats(episodes: list[Episode], threshold: float, counters=()) -> dic
         m[f"env/{name}"] = sum(e.counts.get(name, 0) for e in episodes) / n
     for reason in ("done", "max_turns", "context", "error", "timeout"):
         m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
+    for reason in ("no_call", "refused"):  # agent programs' own (seeupo.rollout.agent): only when seen
+        if any(e.end_reason == reason for e in episodes):
+            m[f"episode/end_{reason}"] = sum(e.end_reason == reason for e in episodes) / n
     return m
 
 
@@ -290,6 +293,7 @@ class Trainer:
                                      temperature=cfg.rollout.temperature, batch_size=cfg.rollout.batch_size,
                                      prefix_cache=cfg.rollout.prefix_cache)
             self.sampler.turn_adapters = self.turn_adapters
+        self.agent = self._agent_source() if cfg.rollout.agent else None
         self.state: dict = {}
         self._signals = _Signals(self._say)  # replaced by the run's own (installed) one
         self._log = NullLog()
@@ -321,6 +325,31 @@ class Trainer:
                            seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None,
                            memory_utilization=cfg.rollout.vllm_memory_utilization)
 
+    def _agent_source(self):
+        """``rollout.agent``: the agent program and the endpoint its client talks to (started on first use)."""
+        from seeupo.rollout.agent import AgentError, AgentSource, load_agent
+        from seeupo.serve.engine import ChatEngine
+
+        cfg = self.cfg
+        if parallel.world() > 1:
+            raise InputError("rollout.agent runs in one process for now; launch without torchrun / accelerate")
+        try:
+            fn = load_agent(cfg.rollout.agent)
+        except AgentError as e:
+            raise InputError(str(e)) from None
+        engine = ChatEngine(self.sampler, self.chat, model_name=cfg.model.name, parser=cfg.serve.parser,
+                            tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context,
+                            max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                            max_calls=cfg.rollout.max_turns, max_wait_s=cfg.serve.max_wait_ms / 1000)
+        return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s)
+
+    def _rollout(self, jobs, *, on_progress=None) -> list[Episode]:
+        """Episodes of ``jobs`` from the rollout source: the agent program, or the built-in runner."""
+        if self.agent is not None:
+            self.agent.engine.temperature = self.sampler.temperature
+            return self.agent.run(jobs, on_progress=on_progress)
+        return run_episodes(self.sampler, self.chat, self.family, jobs, self.limits, on_progress=on_progress)
+
     def _weights_changed(self) -> None:
         self._weights_version += 1
 
@@ -329,6 +358,8 @@ class Trainer:
             self.sampler.sync(self._weights_version)
 
     def close(self) -> None:
+        if getattr(self, "agent", None) is not None:
+            self.agent.close()
         if hasattr(self.sampler, "close"):
             self.sampler.close()
 
@@ -371,7 +402,10 @@ class Trainer:
         tick, close = self._stage(f"{tag} ({len(tasks)} tasks x {cfg.eval.k})", len(mine), stop)
         try:
             with torch.no_grad(), parallel.gathered(self.scorer):
-                episodes = run_episodes(policy, self.chat, self.family, mine, self.limits, on_progress=tick)
+                if policy is self.sampler:
+                    episodes = self._rollout(mine, on_progress=tick)
+                else:
+                    episodes = run_episodes(policy, self.chat, self.family, mine, self.limits, on_progress=tick)
             episodes = parallel.gather_ordered(episodes, len(jobs))
         finally:
             close()
@@ -400,8 +434,7 @@ class Trainer:
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
         self._sync_sampler()
         with torch.no_grad(), parallel.gathered(self.scorer):  # each process runs its share; all get all
-            local = run_episodes(self.sampler, self.chat, self.family, parallel.mine(jobs), self.limits,
-                                 on_progress=self._stopper())  # a stop before the update loses nothing
+            local = self._rollout(parallel.mine(jobs), on_progress=self._stopper())  # a stop here loses nothing
         return parallel.gather_ordered(local, len(jobs))
 
     def _reference_logp(self, rows):

@@ -1,0 +1,198 @@
+"""Agent programs as the rollout source: ``seeupo train --agent FILE.py:FUNCTION`` (or ``module:function``).
+
+The agent is the user's own code, written against a chat API::
+
+    async def run(task, client) -> float | dict:
+        ...  # calls await client.chat.completions.create(model=..., messages=..., tools=...)
+
+``task`` is the environment family's ``Task`` (``task.id``, ``task.split``, ``task.data``);
+``client`` an ``openai.AsyncOpenAI`` pointed at the run's endpoint (``seeupo.serve``) under this
+episode's path, so every call it makes is recorded with its exact prompt ids, sampled ids and
+log-probs. It returns the episode's reward (a float), or ``{"reward": r}`` with optionally
+``"turn_rewards": [...]`` (one per call: then these are the per-turn rewards, and their sum the
+episode's reward) and ``"score"`` (the success measure in [0, 1] of evaluations; default: the
+reward).
+
+Call ``k`` of an episode is its turn ``k``: a row of its own (the prompt as the server built it,
+then the sampled ids), so the episode is segmented like ``rollout.history=last:K``'s and its rows
+need not be prefixes of one another. ``AgentSource.run(jobs)`` runs every job's agent concurrently
+(the G copies of each task too) in one event loop, and the server batches the calls that wait
+together (as soon as every running agent has one waiting, else after ``max_wait_s``).
+
+An episode is left out of training, counted by its end reason, when its agent raised (``error``),
+ran past ``env.timeout_s`` (``timeout``), made no call (``no_call``), had a call refused by the
+server (``refused``: past ``rollout.max_turns`` calls, a prompt over ``rollout.max_context``,
+a malformed request) or returned something that is not a reward (``error``). Evaluations count such
+an episode as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import math
+import sys
+from pathlib import Path
+
+from seeupo.data.episode import Episode, anchor_key
+from seeupo.serve.engine import ChatEngine, EpisodeLog
+
+
+class AgentError(ValueError):
+    """The agent spec cannot be loaded (a clear message for ``seeupo train --agent``)."""
+
+
+def load_agent(spec: str):
+    """``path/to/file.py:function`` or ``package.module:function`` -> the async function."""
+    if ":" not in spec:
+        raise AgentError(f"--agent {spec!r}: write FILE.py:FUNCTION or module:function")
+    where, name = spec.rsplit(":", 1)
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise AgentError(f"--agent {spec!r}: no file {where}")
+        mod_name = f"seeupo_agent_{path.stem}"
+        module = sys.modules.get(mod_name)
+        if module is None or getattr(module, "__file__", None) != str(path.resolve()):
+            spec_ = importlib.util.spec_from_file_location(mod_name, path.resolve())
+            module = importlib.util.module_from_spec(spec_)
+            sys.modules[mod_name] = module
+            try:
+                spec_.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[mod_name]
+                raise AgentError(f"--agent {spec!r}: importing {where} failed: {e!r}") from e
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise AgentError(f"--agent {spec!r}: cannot import {where}: {e}") from e
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise AgentError(f"--agent {spec!r}: {where} has no {name}")
+    if not inspect.iscoroutinefunction(fn):
+        raise AgentError(f"--agent {spec!r}: {name} must be an async function (async def {name}(task, client))")
+    return fn
+
+
+def outcome(value) -> tuple[float, list[float] | None, float | None]:
+    """An agent's return value as (reward, turn rewards or None, score or None); ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+        raise ValueError(f"the agent returned {type(value).__name__}; return a float or {{'reward': r, ...}}")
+    if not isinstance(value, dict):
+        value = {"reward": value}
+    reward, turns, score = value.get("reward"), value.get("turn_rewards"), value.get("score")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise ValueError(f"the agent's reward must be a finite number, not {reward!r}")
+    if turns is not None:
+        if not isinstance(turns, list) or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in turns):
+            raise ValueError("turn_rewards must be a list of finite numbers")
+        turns = [float(x) for x in turns]
+    if score is not None and (not isinstance(score, (int, float)) or not math.isfinite(score)):
+        raise ValueError(f"the agent's score must be a finite number, not {score!r}")
+    return float(reward), turns, None if score is None else float(score)
+
+
+def episode_from_calls(ep: Episode, log: EpisodeLog) -> Episode:
+    """Fill ``ep`` with the recorded calls: call k is turn k, its own segment (prompt, then the sampled ids)."""
+    for k, c in enumerate(log.calls):
+        start = len(ep.ids)
+        ep.anchors.append(anchor_key(c.observation))
+        ep.append(c.prompt_ids)
+        ep.append(c.ids, turn=k, logp=c.logp)
+        ep.turn_starts.append(start)
+        ep.turn_ends.append(len(ep.ids))
+        ep.texts.append(c.text)
+        if not c.finished:
+            ep.truncated_turns += 1
+    return ep
+
+
+class AgentSource:
+    """Runs an agent program's episodes through a ``ChatEngine`` served on a local port."""
+
+    def __init__(self, agent, engine: ChatEngine, *, timeout_s: float | None = None, api_key: str = "seeupo"):
+        self.agent, self.engine, self.timeout_s, self.api_key = agent, engine, timeout_s, api_key
+        self.server = None
+        self.active = 0  # agents still running: a batch is flushed when this many calls wait
+        self.engine.expected = lambda: self.active
+        self._n = 0  # episodes run so far (unique path ids)
+
+    def start(self):
+        if self.server is None:
+            from seeupo.serve.app import BackgroundServer
+
+            self.server = BackgroundServer(self.engine).start()
+        return self
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def run(self, jobs, *, first_episode_id: int = 0, on_progress=None) -> list[Episode]:
+        """One episode per job ``(task, group, sample, seed)``, in job order."""
+        self.start()
+        return asyncio.run(self._run(jobs, first_episode_id, on_progress))
+
+    async def _run(self, jobs, first_episode_id, on_progress):
+        import openai
+
+        episodes = [Episode(first_episode_id + k, task.id, group, sample, seed)
+                    for k, (task, group, sample, seed) in enumerate(jobs)]
+        keys = []
+        for ep in episodes:
+            self._n += 1
+            keys.append(f"e{self._n}")
+            self.engine.recorder.open(keys[-1], ep.seed)
+        done = 0
+        self.active = len(jobs)
+
+        async def one(ep: Episode, task, key: str):
+            nonlocal done
+            client = openai.AsyncOpenAI(base_url=self.server.episode_url(key), api_key=self.api_key,
+                                        max_retries=0, timeout=None)
+            try:
+                coro = self.agent(task, client)
+                value = await (asyncio.wait_for(coro, self.timeout_s) if self.timeout_s else coro)
+                return outcome(value), None
+            except asyncio.TimeoutError:
+                return None, ("timeout", f"the agent ran past env.timeout_s={self.timeout_s:g} s")
+            except Exception as e:  # noqa: BLE001 (the user's program: counted, never a crash of the run)
+                return None, ("error", f"agent: {e!r}")
+            finally:
+                self.active -= 1
+                self.engine.wake_threadsafe()
+                done += 1
+                if on_progress:
+                    on_progress(done, len(jobs))
+                await client.close()
+
+        results = await asyncio.gather(*(one(ep, job[0], key) for ep, job, key in zip(episodes, jobs, keys)))
+        for ep, key, (got, fault) in zip(episodes, keys, results):
+            log = self.engine.recorder.close(key)
+            episode_from_calls(ep, log)
+            ep.counts.update({f"refused_{k}": v for k, v in log.refused.items()})
+            if log.overridden:
+                ep.counts["temperature_overridden"] = log.overridden
+            if log.refused and (fault is None or fault[0] == "error"):  # the refusal is why the agent raised
+                fault = ("refused", "the server refused a call: " + ", ".join(f"{k} x{v}" for k, v in log.refused.items()))
+            if fault is None and not log.calls:
+                fault = ("no_call", "the agent made no model call")
+            if fault is not None:
+                ep.end_reason, ep.error = fault
+                ep.step_rewards = [0.0] * ep.n_turns
+                ep.score = 0.0
+                continue
+            reward, turns, score = got
+            if turns is not None and len(turns) != ep.n_turns:
+                ep.end_reason = "error"
+                ep.error = f"agent: {len(turns)} turn_rewards for {ep.n_turns} calls"
+                ep.step_rewards, ep.score = [0.0] * ep.n_turns, 0.0
+                continue
+            ep.step_rewards = turns if turns is not None else [0.0] * (ep.n_turns - 1) + [reward]
+            ep.score = reward if score is None else score
+            ep.end_reason = "done"
+        return episodes
