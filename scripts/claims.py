@@ -222,6 +222,39 @@ def seeds_table(name: str) -> str:
     return "\n".join(lines) + f"\n\n{res['metric']} after RL per seed."
 
 
+def agents_table(name: str) -> str:
+    """``agents``: the example agent's runs (``results/NAME/agent-seed-S``: `seeupo train --preset tiny --agent
+    examples/agents/lookup_agent.py:run --seed S`) beside the built-in `lookup` path's on the same machine and
+    seeds (``results/NAME/builtin-seed-S``: `seeupo train --preset tiny --seed S`), and the built-in path's
+    spread over `compare`'s 8 seeds of its `seeupo` arm (the same configuration, another CPU)."""
+    import json
+
+    def runs(kind):
+        found = {int(p.parent.name.rsplit("-", 1)[1]): json.loads(p.read_text())
+                 for p in (RESULTS / name).glob(f"{kind}-seed-*/summary.json")}
+        return dict(sorted(found.items()))
+
+    agent, builtin = runs("agent"), runs("builtin")
+    if not agent:
+        raise SystemExit(f"no runs in results/{name}/agent-seed-*/summary.json")
+    spread = [v["after"] for a in results("compare")["arms"] if a["name"] == "seeupo" for v in a["per_seed"].values()]
+    lo, hi = min(spread), max(spread)
+
+    def cells(s):
+        if s is None:
+            return "- | - | -"
+        b, a = s["eval_before"]["avg@k"], s["eval_after"]["avg@k"]
+        return f"{b:.3f} -> {a:.3f} | {a - b:+.3f} | {s['wall_seconds']:.0f} s"
+
+    lines = ["| seed | agent: avg@4 before -> after | gain | wall | built-in: avg@4 before -> after | gain | wall | "
+             "agent's after within compare's spread |", "|---|---|---|---|---|---|---|---|"]
+    for seed, s in agent.items():
+        inside = "yes" if lo <= s["eval_after"]["avg@k"] <= hi else "no"
+        lines.append(f"| {seed} | {cells(s)} | {cells(builtin.get(seed))} | {inside} |")
+    return "\n".join(lines) + (f"\n\nHeld-out avg@4 on 16 tasks. `compare`'s `seeupo` arm after RL over its {len(spread)} "
+                               f"seeds: {lo:.3f} to {hi:.3f}. Records: `results/{name}/`.")
+
+
 def robustness(one_cpu: bool) -> str:
     import json
 
@@ -436,6 +469,8 @@ def render(spec: str) -> str:
         return env_table(arg)
     if kind == "tuned":
         return tuned_table(arg)
+    if kind == "agents":
+        return agents_table(arg or "agents")
     if kind == "seeds":
         return seeds_table(arg)
     if kind == "turns":

@@ -285,7 +285,7 @@ M = [
   "log.calls.append(Call(list(prompt), list(s.ids), list(s.logp),", "log.calls.append(Call(list(prompt), list(s.ids), [x * 0.5 for x in s.logp],",
   "tests/integration/test_serve.py -k append_only"),
  ("agent episode: a refused call not counted", "seeupo/rollout/agent.py",
-  'if log.refused and (fault is None or fault[0] == "error"):', "if False:",
+  'if other and (fault is None or fault[0] == "error"):', "if False:",
   "tests/integration/test_serve.py -k faulty"),
  ("served tool message rendered with its own role", "seeupo/serve/engine.py",
   "            role = tool_role\n", "            role = role\n",

@@ -385,7 +385,7 @@ def serve(
     from seeupo.serve.engine import ChatEngine
     from seeupo.train import checkpoint as ckpt
 
-    extra = [*(overrides or []), "warmup.enabled=off"]
+    extra = [*(overrides or []), "warmup.enabled=off", "rollout.agent=null"]  # a run's agent is not served
     if checkpoint_dir:
         cfg = _run_config(checkpoint_dir, extra + ([f"model.name={model}"] if model else []))
         if ckpt.latest(Path(checkpoint_dir)) is None:

@@ -11,7 +11,7 @@ episode's path, so every call it makes is recorded with its exact prompt ids, sa
 log-probs. It returns the episode's reward (a float), or ``{"reward": r}`` with optionally
 ``"turn_rewards": [...]`` (one per call: then these are the per-turn rewards, and their sum the
 episode's reward) and ``"score"`` (the success measure in [0, 1] of evaluations; default: the
-reward).
+reward, or the sum of ``turn_rewards``).
 
 Call ``k`` of an episode is its turn ``k``: a row of its own (the prompt as the server built it,
 then the sampled ids), so the episode is segmented like ``rollout.history=last:K``'s and its rows
@@ -19,11 +19,13 @@ need not be prefixes of one another. ``AgentSource.run(jobs)`` runs every job's 
 (the G copies of each task too) in one event loop, and the server batches the calls that wait
 together (as soon as every running agent has one waiting, else after ``max_wait_s``).
 
-An episode is left out of training, counted by its end reason, when its agent raised (``error``),
-ran past ``env.timeout_s`` (``timeout``), made no call (``no_call``), had a call refused by the
-server (``refused``: past ``rollout.max_turns`` calls, a prompt over ``rollout.max_context``,
-a malformed request) or returned something that is not a reward (``error``). Evaluations count such
-an episode as failed.
+An episode is left out of training, counted by its end reason, when its agent raised or returned
+something that is not a reward (``error``), ran past ``serve.agent_timeout_s`` (``timeout``), made
+no call (``no_call``) or had a call refused by the server for a malformed request (``refused``).
+Evaluations count such an episode as failed. An episode whose policy ran into a limit, a call past
+``rollout.max_turns`` or a prompt with no room left in ``rollout.max_context``, is kept with the end
+reason ``max_turns`` or ``context`` (as the built-in runner's), its reward 0 unless the agent still
+returned one. A failure of the sampler itself stops the run (``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from pathlib import Path
 
 from seeupo.data.episode import Episode, anchor_key
 from seeupo.serve.engine import ChatEngine, EpisodeLog
+
+
+# server refusals that are the policy's doing, as the built-in runner's end reasons: the episode is kept
+POLICY_LIMITS = {"max_turns": "max_turns", "context_length_exceeded": "context"}
 
 
 class AgentError(ValueError):
@@ -113,8 +119,10 @@ def episode_from_calls(ep: Episode, log: EpisodeLog) -> Episode:
 class AgentSource:
     """Runs an agent program's episodes through a ``ChatEngine`` served on a local port."""
 
-    def __init__(self, agent, engine: ChatEngine, *, timeout_s: float | None = None, api_key: str = "seeupo"):
+    def __init__(self, agent, engine: ChatEngine, *, timeout_s: float | None = None, concurrency: int = 64,
+                 api_key: str = "seeupo"):
         self.agent, self.engine, self.timeout_s, self.api_key = agent, engine, timeout_s, api_key
+        self.concurrency = concurrency  # agents running at once (rollout.batch_size)
         self.server = None
         self.active = 0  # agents still running: a batch is flushed when this many calls wait
         self.engine.expected = lambda: self.active
@@ -148,37 +156,52 @@ class AgentSource:
             keys.append(f"e{self._n}")
             self.engine.recorder.open(keys[-1], ep.seed)
         done = 0
-        self.active = len(jobs)
+        self.active = 0  # agents admitted and still running (at most rollout.batch_size at a time)
+        gate = asyncio.Semaphore(self.concurrency)
+        client_timeout = self.timeout_s or 3600.0  # a request never waits forever
 
         async def one(ep: Episode, task, key: str):
             nonlocal done
-            client = openai.AsyncOpenAI(base_url=self.server.episode_url(key), api_key=self.api_key,
-                                        max_retries=0, timeout=None)
-            try:
-                coro = self.agent(task, client)
-                value = await (asyncio.wait_for(coro, self.timeout_s) if self.timeout_s else coro)
-                return outcome(value), None
-            except asyncio.TimeoutError:
-                return None, ("timeout", f"the agent ran past env.timeout_s={self.timeout_s:g} s")
-            except Exception as e:  # noqa: BLE001 (the user's program: counted, never a crash of the run)
-                return None, ("error", f"agent: {e!r}")
-            finally:
-                self.active -= 1
-                self.engine.wake_threadsafe()
-                done += 1
-                if on_progress:
-                    on_progress(done, len(jobs))
-                await client.close()
+            async with gate:
+                self.active += 1
+                client = openai.AsyncOpenAI(base_url=self.server.episode_url(key), api_key=self.api_key,
+                                            max_retries=0, timeout=client_timeout)
+                run = asyncio.ensure_future(self.agent(task, client))
+                try:
+                    finished, _ = await asyncio.wait({run}, timeout=self.timeout_s)
+                    if not finished:  # ours: the agent's own TimeoutErrors are errors like any other
+                        run.cancel()
+                        return None, ("timeout", f"the agent ran past serve.agent_timeout_s={self.timeout_s:g} s")
+                    return outcome(run.result()), None
+                except Exception as e:  # noqa: BLE001 (the user's program: counted, never a crash of the run)
+                    return None, ("error", f"agent: {e!r}")
+                finally:
+                    self.active -= 1
+                    self.engine.wake_threadsafe()
+                    done += 1
+                    if on_progress:
+                        on_progress(done, len(jobs))
+                    await client.close()
 
         results = await asyncio.gather(*(one(ep, job[0], key) for ep, job, key in zip(episodes, jobs, keys)))
-        for ep, key, (got, fault) in zip(episodes, keys, results):
-            log = self.engine.recorder.close(key)
+        logs = [self.engine.recorder.close(key) for key in keys]  # calls still waiting are dropped, then
+        asyncio.run_coroutine_threadsafe(self.engine.idle(), self.engine._loop).result(timeout=600)  # none runs on
+        if self.engine.fatal is not None:  # the sampler failed: stop the run rather than train on nothing
+            raise RuntimeError(f"the endpoint's sampler failed: {self.engine.fatal!r}") from self.engine.fatal
+        for ep, log, (got, fault) in zip(episodes, logs, results):
             episode_from_calls(ep, log)
             ep.counts.update({f"refused_{k}": v for k, v in log.refused.items()})
             if log.overridden:
                 ep.counts["temperature_overridden"] = log.overridden
-            if log.refused and (fault is None or fault[0] == "error"):  # the refusal is why the agent raised
-                fault = ("refused", "the server refused a call: " + ", ".join(f"{k} x{v}" for k, v in log.refused.items()))
+            limit = next((POLICY_LIMITS[k] for k in log.refused if k in POLICY_LIMITS), None)
+            other = [k for k in log.refused if k not in POLICY_LIMITS or not log.calls]  # (a too-long first prompt too)
+            if other and (fault is None or fault[0] == "error"):  # the refusal is why the agent raised
+                fault = ("refused", "the server refused a call: " + ", ".join(f"{k} x{log.refused[k]}" for k in other))
+            elif limit and log.calls and (fault is None or fault[0] == "error"):
+                # the policy ran into rollout.max_turns or max_context, as the built-in runner's episodes
+                # do: kept and trained on, a failure unless the agent still returned a reward
+                got, fault = (got if fault is None else (0.0, None, None)), None
+                ep.end_reason = limit
             if fault is None and not log.calls:
                 fault = ("no_call", "the agent made no model call")
             if fault is not None:
@@ -193,6 +216,6 @@ class AgentSource:
                 ep.step_rewards, ep.score = [0.0] * ep.n_turns, 0.0
                 continue
             ep.step_rewards = turns if turns is not None else [0.0] * (ep.n_turns - 1) + [reward]
-            ep.score = reward if score is None else score
-            ep.end_reason = "done"
+            ep.score = score if score is not None else sum(ep.step_rewards)
+            ep.end_reason = ep.end_reason or "done"
         return episodes

@@ -62,7 +62,6 @@ class Call:
     observation: list[dict]  # the request's messages after its last assistant message (the anchor state)
     text: str  # the reply's text (end-of-turn token removed)
     temperature: float
-    n: int = 1
 
 
 @dataclass
@@ -160,6 +159,7 @@ class _Item:
     max_new: int
     temperature: float
     future: asyncio.Future
+    episode: str | None = None  # a recorded episode's key: dropped once that episode is closed
 
 
 class ChatEngine:
@@ -186,6 +186,8 @@ class ChatEngine:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="seeupo-sample")  # one batch at a time
         self.batches = 0  # sampler calls made (diagnostic: requests per batch)
         self.requests = 0
+        self.fatal: BaseException | None = None  # the sampler failed: the run must stop, not count it per episode
+        self._busy = False
 
     # ------------------------------------------------------------------ batching
     async def run_batches(self) -> None:
@@ -203,18 +205,35 @@ class ChatEngine:
                     break
             batch, self._pending = self._pending, []
             self._wake.clear()
+            # a request whose client gave up, or whose episode is closed (its agent timed out), is not sampled
+            for it in batch:
+                if not it.future.done() and it.episode is not None and self.recorder.get(it.episode) is None:
+                    it.future.set_exception(RequestError("the episode is closed", "episode_closed"))
+            batch = [it for it in batch if not it.future.done()]
             if not batch:
                 continue
+            self._busy = True
             try:
                 samples = await loop.run_in_executor(self._pool, self._sample, batch)
-            except Exception as e:  # noqa: BLE001 (each waiting request gets the error)
+                if len(samples) != len(batch):
+                    raise RuntimeError(f"the sampler returned {len(samples)} samples for {len(batch)} requests")
+            except Exception as e:  # noqa: BLE001 (each waiting request gets the error; a run stops on it)
+                self.fatal = e
                 for it in batch:
                     if not it.future.done():
                         it.future.set_exception(e)
                 continue
+            finally:
+                self._busy = False
             for it, s in zip(batch, samples):
                 if not it.future.done():
                     it.future.set_result(s)
+
+    async def idle(self) -> None:
+        """Wait until no request waits and no batch is being sampled (a run's update may then use the model)."""
+        while self._pending or self._busy:
+            self._wake.set()
+            await asyncio.sleep(0.002)
 
     def wake_threadsafe(self) -> None:
         """From another thread: ``expected()`` changed, look at the waiting requests again."""
@@ -242,18 +261,21 @@ class ChatEngine:
             self.sampler.temperature = old
         return out
 
-    async def _submit(self, prompt, generator, max_new, temperature):
+    async def _submit(self, prompt, generator, max_new, temperature, episode=None):
         if self._wake is None:
             raise RuntimeError("ChatEngine.run_batches is not running (start the server)")
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item(prompt, generator, max_new, temperature, fut))
+        self._pending.append(_Item(prompt, generator, max_new, temperature, fut, episode))
         self._wake.set()
         return await fut
 
     # ------------------------------------------------------------------ requests
     def render(self, messages: list[dict], tools=None) -> list[int]:
         kw = {"tools": tools} if tools else {}
-        text = self.chat.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+        try:
+            text = self.chat.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+        except Exception as e:  # noqa: BLE001 (a template's own check, e.g. roles that must alternate)
+            raise RequestError(f"the model's chat template refused these messages: {e}", "template_error") from None
         return self.chat.encode(text)
 
     async def complete(self, body: dict, episode: str | None = None) -> dict:
@@ -266,16 +288,24 @@ class ChatEngine:
             if log is None:
                 raise RequestError(f"no open episode {episode!r} on this server", "unknown_episode")
         try:
-            return await self._complete(body, log)
+            return await self._complete(body, log, episode)
         except RequestError as e:
             if log is not None:
                 log.refused[e.code] = log.refused.get(e.code, 0) + 1
             raise
 
-    async def _complete(self, body: dict, log: EpisodeLog | None) -> dict:
-        n = body.get("n", 1) or 1
-        if not isinstance(n, int) or n < 1 or n > 16:
+    async def _complete(self, body: dict, log: EpisodeLog | None, episode: str | None = None) -> dict:
+        n = body.get("n", 1)
+        n = 1 if n is None else n
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > 16:
             raise RequestError("n must be an integer from 1 to 16")
+        if log is not None and n > 1:
+            raise RequestError("n > 1 in a recorded episode: the trainer cannot know which choice the agent went on "
+                               "with; ask for one choice per call", "n_unsupported")
+        for key, ok in (("stop", lambda v: not v), ("top_p", lambda v: v == 1), ("response_format", lambda v: not v),
+                        ("stream", lambda v: not v), ("tool_choice", lambda v: v in ("auto", "none"))):
+            if body.get(key) is not None and not ok(body[key]):
+                raise RequestError(f"{key}={body[key]!r} is not supported by this server (docs/agents.md)", "unsupported")
         if log is not None and self.max_calls is not None and len(log.calls) >= self.max_calls:
             raise RequestError(f"this episode has made its {self.max_calls} calls (rollout.max_turns)", "max_turns")
         tools = body.get("tools") or None
@@ -306,7 +336,9 @@ class ChatEngine:
             seed = body.get("seed")
             root = torch.Generator().manual_seed(int(seed) if isinstance(seed, int) else int(time.time_ns() % 2**62))
             gens = [root] + [_child(root) for _ in range(n - 1)]
-        samples = await asyncio.gather(*(self._submit(prompt, g, max_new, temperature) for g in gens))
+        samples = await asyncio.gather(*(self._submit(prompt, g, max_new, temperature, episode) for g in gens))
+        if log is not None and self.recorder.get(episode) is not log:
+            raise RequestError("the episode is closed", "episode_closed")
         eos = self.chat.eos_id
         choices, completion = [], 0
         parse = get_parser(self.parser) if tools and body.get("tool_choice") != "none" else None
@@ -324,16 +356,14 @@ class ChatEngine:
                                           "function": {"name": call.name, "arguments": json.dumps(call.args)}}]
                     finish = "tool_calls" if s.finished else finish
             choice = {"index": j, "message": msg, "finish_reason": finish, "logprobs": None}
-            if want_logprobs:
+            if want_logprobs:  # the tokens of ``content`` (the end-of-turn token, left out of it, too)
                 choice["logprobs"] = {"content": [
                     {"token": self.chat.decode([i]), "logprob": lp, "bytes": list(self.chat.decode([i]).encode()),
-                     "top_logprobs": []} for i, lp in zip(s.ids, s.logp)]}
+                     "top_logprobs": []} for i, lp in zip(body_ids, s.logp)]}
             choices.append(choice)
-            if log is not None and j == 0:
+            if log is not None:
                 log.calls.append(Call(list(prompt), list(s.ids), list(s.logp), bool(s.finished),
-                                      observation(messages), text, temperature, n))
-        if log is not None and n > 1:
-            log.calls[-1].n = n
+                                      observation(messages), text, temperature))
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices,
                 "usage": {"prompt_tokens": len(prompt) * n, "completion_tokens": completion,

@@ -351,6 +351,9 @@ class Config(Strict):
                                  "a turn vector; use rollout.backend=hf")
             if self.parallel.strategy == "fsdp2":
                 raise ValueError(f"{ta} is not supported with parallel.strategy=fsdp2; use ddp")
+            if self.rollout.agent:
+                raise ValueError(f"{ta} cannot be combined with rollout.agent yet (the endpoint samples every call "
+                                 "with one set of parameters)")
             if self.algo.effective_estimator() == "gae":
                 raise ValueError(f"{ta}: PPO's GAE update trains trajectory rows, which span turns run by different "
                                  "adapters; use a critic-free algorithm")

@@ -341,7 +341,7 @@ class Trainer:
                             tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context,
                             max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                             max_calls=cfg.rollout.max_turns, max_wait_s=cfg.serve.max_wait_ms / 1000)
-        return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s)
+        return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s, concurrency=cfg.rollout.batch_size)
 
     def _rollout(self, jobs, *, on_progress=None) -> list[Episode]:
         """Episodes of ``jobs`` from the rollout source: the agent program, or the built-in runner."""
@@ -434,7 +434,7 @@ class Trainer:
                 for b, t in enumerate(chosen) for g in range(cfg.rollout.group_size)]
         self._sync_sampler()
         with torch.no_grad(), parallel.gathered(self.scorer):  # each process runs its share; all get all
-            local = self._rollout(parallel.mine(jobs), on_progress=self._stopper())  # a stop here loses nothing
+            local = self._rollout(parallel.mine(jobs), on_progress=self._stopper())  # a stop before the update loses nothing
         return parallel.gather_ordered(local, len(jobs))
 
     def _reference_logp(self, rows):

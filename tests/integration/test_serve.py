@@ -190,6 +190,26 @@ def test_faulty_agents_are_counted_and_excluded(tiny, chat, one_thread):
     assert eps[5].step_rewards == [1.0] and eps[5].score == 1.0
 
 
+def test_a_policy_past_its_turn_limit_is_kept_as_max_turns(tiny, chat, one_thread):
+    """As the built-in runner's episodes at rollout.max_turns: kept (trained on) with reward 0, not excluded."""
+    async def agent(task, client):
+        msgs = [{"role": "user", "content": "go"}]
+        for _ in range(3):  # one call more than the server allows
+            r = await client.chat.completions.create(model="p", messages=msgs)
+            msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "again"}]
+        return 1.0
+
+    eng = ChatEngine(sampler(tiny, chat), chat, model_name="p", max_new_tokens=4, temperature=1.0, max_calls=2)
+    src = AgentSource(agent, eng)
+    try:
+        eps = src.run(_jobs(2))
+    finally:
+        src.close()
+    for e in eps:
+        assert e.end_reason == "max_turns" and not e.faulted and e.n_turns == 2
+        assert e.step_rewards == [0.0, 0.0] and e.counts == {"refused_max_turns": 1}
+
+
 def test_outcome_values():
     assert outcome(0.5) == (0.5, None, None)
     assert outcome({"reward": 1, "turn_rewards": [0, 1], "score": 1}) == (1.0, [0.0, 1.0], 1.0)
