@@ -4,7 +4,7 @@ runner on the same tasks and per-episode seeds, side by side in one process, rou
     python benchmarks/agent_overhead.py --quick --json runs/bench/agent_overhead_quick.json   # ~2 min
     python benchmarks/agent_overhead.py --json runs/bench/agent_overhead.json
 
-The policy is the tiny preset's after a short format warm-up (so episodes take their 2 turns as in
+An untimed round of 8 episodes runs each path first. The policy is the tiny preset's after a short format warm-up (so episodes take their 2 turns as in
 training); both sources sample from one model. Reported: the seconds of each source per round, the
 ratio agent / built-in (median over rounds), the requests per sampler call the endpoint batched,
 and the share of episodes whose sampled ids equal the built-in runner's, turn by turn (same seeds;
@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import finish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+EXTRA = [a for a in os.environ.get("BENCH_OVERRIDES", "").split() if a]
 
 
 def _sampled(e) -> list[list[int]]:
@@ -39,7 +40,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="32 episodes, 2 rounds")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per round (tasks x 8)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     episodes, rounds = (32, 2) if args.quick else (args.episodes, args.rounds)
@@ -50,12 +51,16 @@ def main(argv=None) -> dict:
     from seeupo.train.trainer import Trainer
 
     cfg = load_config("tiny", ["warmup.episodes=128", "warmup.epochs=3", "run.loggers=[]", "run.iterations=0",
-                               "run.out=/tmp/seeupo-bench-agent", f"rollout.agent={ROOT}/examples/agents/lookup_agent.py:run"])
+                               "run.out=/tmp/seeupo-bench-agent", *EXTRA, f"rollout.agent={ROOT}/examples/agents/lookup_agent.py:run"])
     tr = Trainer(cfg, overwrite=True)
     tr._warmup()
     tasks = tr.family.tasks("train")
     group = 8
     out: dict = {"episodes": episodes, "rounds": rounds, "rounds_s": []}
+    warm = [(tasks[i], i, 0, derive_seed(4, i)) for i in range(8)]  # untimed: first calls of both paths
+    with torch.no_grad():
+        run_episodes(tr.sampler, tr.chat, tr.family, warm, tr.limits)
+    tr.agent.run(warm)
     for r in range(rounds):
         jobs = [(tasks[(r * 97 + i // group) % len(tasks)], i // group, i % group, derive_seed(5, r, i))
                 for i in range(episodes)]
@@ -63,18 +68,21 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             built_in = run_episodes(tr.sampler, tr.chat, tr.family, jobs, tr.limits)
         t_builtin = time.perf_counter() - t0
-        batches0, requests0 = tr.agent.engine.batches, tr.agent.engine.requests
+        batches0, requests0, sampling0 = tr.agent.engine.batches, tr.agent.engine.requests, tr.agent.engine.sample_seconds
         t0 = time.perf_counter()
         agent = tr.agent.run(jobs)
         t_agent = time.perf_counter() - t0
         per_batch = (tr.agent.engine.requests - requests0) / max(tr.agent.engine.batches - batches0, 1)
         same = sum(_sampled(a) == _sampled(b) for a, b in zip(agent, built_in)) / len(jobs)
-        out["rounds_s"].append({"built_in": t_builtin, "agent": t_agent, "requests_per_batch": per_batch,
+        in_sampler = tr.agent.engine.sample_seconds - sampling0
+        out["rounds_s"].append({"built_in": t_builtin, "agent": t_agent, "agent_in_sampler": in_sampler,
+                                "requests_per_batch": per_batch,
                                 "identical_episodes": same,
                                 "success_built_in": sum(e.score >= 1 for e in built_in) / len(jobs),
                                 "success_agent": sum(e.score >= 1 for e in agent) / len(jobs)})
         print(f"round {r}: built-in {t_builtin:.2f} s, agent {t_agent:.2f} s ({t_agent / t_builtin:.2f}x), "
-              f"{per_batch:.1f} requests per sampler call, identical episodes {same:.0%}", flush=True)
+              f"of which {in_sampler:.2f} s in the sampler, {per_batch:.1f} requests per sampler call, "
+              f"identical episodes {same:.0%}", flush=True)
     tr.close()
     ratios = [x["agent"] / x["built_in"] for x in out["rounds_s"]]
     out["ratio_median"] = statistics.median(ratios)

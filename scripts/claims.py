@@ -255,6 +255,19 @@ def agents_table(name: str) -> str:
                                f"seeds: {lo:.3f} to {hi:.3f}. Records: `results/{name}/`.")
 
 
+def agent_overhead(name: str) -> str:
+    """``agent-overhead``: benchmarks/agent_overhead.py's rounds from ``results/NAME/agent_overhead.json``."""
+    import json
+
+    d = json.loads((RESULTS / name / "agent_overhead.json").read_text())
+    lines = ["| round | built-in | agent | agent / built-in | agent: in the sampler | requests per sampler call | "
+             "same sampled ids |", "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(d["rounds_s"]):
+        lines.append(f"| {i} | {r['built_in']:.2f} s | {r['agent']:.2f} s | {r['agent'] / r['built_in']:.2f}x | "
+                     f"{r['agent_in_sampler']:.2f} s | {r['requests_per_batch']:.1f} | {r['identical_episodes']:.0%} |")
+    return "\n".join(lines) + f"\n\nMedian agent / built-in: {d['ratio_median']:.2f}x (`{d['command']}`)."
+
+
 def robustness(one_cpu: bool) -> str:
     import json
 
@@ -469,6 +482,8 @@ def render(spec: str) -> str:
         return env_table(arg)
     if kind == "tuned":
         return tuned_table(arg)
+    if kind == "agent-overhead":
+        return agent_overhead(arg or "agents")
     if kind == "agents":
         return agents_table(arg or "agents")
     if kind == "seeds":

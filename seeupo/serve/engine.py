@@ -186,6 +186,7 @@ class ChatEngine:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="seeupo-sample")  # one batch at a time
         self.batches = 0  # sampler calls made (diagnostic: requests per batch)
         self.requests = 0
+        self.sample_seconds = 0.0  # time in the sampler (diagnostic: the rest is the endpoint's own)
         self.fatal: BaseException | None = None  # the sampler failed: the run must stop, not count it per episode
         self._busy = False
 
@@ -245,6 +246,13 @@ class ChatEngine:
         return n if n else math.inf
 
     def _sample(self, batch: list[_Item]):
+        t0 = time.perf_counter()
+        try:
+            return self._sample_batch(batch)
+        finally:
+            self.sample_seconds += time.perf_counter() - t0
+
+    def _sample_batch(self, batch: list[_Item]):
         self.batches += 1
         out = [None] * len(batch)
         old = self.sampler.temperature
