@@ -124,8 +124,11 @@ class AgentSource:
         self.agent, self.engine, self.timeout_s, self.api_key = agent, engine, timeout_s, api_key
         self.concurrency = concurrency  # agents running at once (rollout.batch_size)
         self.server = None
-        self.active = 0  # agents still running: a batch is flushed when this many calls wait
-        self.engine.expected = lambda: self.active
+        self.unfinished = 0  # agents of the current run not yet finished
+        # a batch is flushed as soon as every agent that runs (or is about to run: admitted as others finish)
+        # has a call waiting. Counting only the agents already started flushed the first turn early, before
+        # the last agents had sent their first call (3 sampler calls for 128 calls instead of 2)
+        self.engine.expected = lambda: min(self.unfinished, self.concurrency)
         self._n = 0  # episodes run so far (unique path ids)
 
     def start(self):
@@ -156,7 +159,7 @@ class AgentSource:
             keys.append(f"e{self._n}")
             self.engine.recorder.open(keys[-1], ep.seed)
         done = 0
-        self.active = 0  # agents admitted and still running (at most rollout.batch_size at a time)
+        self.unfinished = len(jobs)
         gate = asyncio.Semaphore(self.concurrency)
         client_timeout = self.timeout_s or 3600.0  # a request never waits forever
         # one connection pool for every episode's client (a client of its own costs 44 ms to build: its SSL
@@ -166,7 +169,6 @@ class AgentSource:
         async def one(ep: Episode, task, key: str):
             nonlocal done
             async with gate:
-                self.active += 1
                 client = openai.AsyncOpenAI(base_url=self.server.episode_url(key), api_key=self.api_key,
                                             max_retries=0, timeout=client_timeout, http_client=http)
                 run = asyncio.ensure_future(self.agent(task, client))
@@ -179,7 +181,7 @@ class AgentSource:
                 except Exception as e:  # noqa: BLE001 (the user's program: counted, never a crash of the run)
                     return None, ("error", f"agent: {e!r}")
                 finally:
-                    self.active -= 1
+                    self.unfinished -= 1
                     self.engine.wake_threadsafe()
                     done += 1
                     if on_progress:

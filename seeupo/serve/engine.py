@@ -197,13 +197,19 @@ class ChatEngine:
         self._wake = asyncio.Event()
         while True:
             await self._wake.wait()
-            deadline = loop.time() + self.max_wait_s
+            # wait for the others while they keep arriving: up to max_wait_s after the latest arrival
+            # (clients parse a batch's replies one after another, so the next turn's calls trickle in),
+            # never longer than 10 x max_wait_s in all
+            start = loop.time()
+            seen, deadline = len(self._pending), start + self.max_wait_s
             while self._pending and len(self._pending) < self._target() and loop.time() < deadline:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), max(deadline - loop.time(), 0))
                 except asyncio.TimeoutError:
                     break
+                if len(self._pending) > seen:
+                    seen, deadline = len(self._pending), min(loop.time() + self.max_wait_s, start + 10 * self.max_wait_s)
             batch, self._pending = self._pending, []
             self._wake.clear()
             # a request whose client gave up, or whose episode is closed (its agent timed out), is not sampled

@@ -310,8 +310,8 @@ class ServeConfig(Strict):
     tool_role: Literal["user", "tool"] = Field("user", description="the role a `tool` message is rendered with (user: "
                                                "for chat templates without a tool role, as the built-in "
                                                "environments send observations)")
-    max_wait_ms: float = Field(100.0, ge=0, description="how long the first waiting request waits for others to "
-                               "batch with (a run's agents: until every running agent has a call waiting)")
+    max_wait_ms: float = Field(100.0, ge=0, description="how long a batch waits after its latest request for more "
+                               "(at most 10 windows; a run's agents: until every unfinished one has a call waiting)")
     agent_timeout_s: Optional[float] = Field(600.0, gt=0, description="seconds one agent episode may take, its model "
                                              "calls included; past it the episode ends as 'timeout' (excluded "
                                              "from the loss). None: no limit")
