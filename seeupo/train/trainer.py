@@ -229,6 +229,10 @@ def check_inputs(cfg: Config) -> None:
     from seeupo.models.loading import ModelNotAvailable, check_model
 
     build_family(cfg)
+    if cfg.env.name == "jsonl" and not cfg.rollout.agent:
+        raise InputError("env jsonl holds tasks only: run it with an agent program (--agent FILE.py:FUNCTION)")
+    if cfg.env.name == "jsonl" and cfg.warmup.enabled == "on":
+        raise InputError("env jsonl has no demonstrations for the warm-up: set warmup.enabled=off")
     check_device(cfg)
     try:
         check_model(cfg.model.name)
@@ -370,6 +374,8 @@ class Trainer:
 
     def warmup_enabled(self) -> bool:
         w = self.cfg.warmup.enabled
+        if self.cfg.env.name == "jsonl":  # tasks without an environment: nothing to demonstrate
+            return False
         return w == "on" or (w == "auto" and self.cfg.model.name == DEFAULT_MODEL)
 
     def _stage(self, description: str, total: int, stop=None):

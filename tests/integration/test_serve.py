@@ -253,3 +253,41 @@ def test_cli_train_with_the_example_agent(tmp_path, algo):
     bad = CliRunner().invoke(app, ["train", "--preset", "tiny", "--agent", example, "--algo", "grpo",
                                    "--out", str(tmp_path / "c")])
     assert bad.exit_code == 2 and "algo.rows=turn" in bad.output
+
+
+def test_jsonl_tasks_for_an_agent(tmp_path):
+    """env jsonl: tasks from a file (here the tiny preset's lookup tasks), trained with the example agent;
+    refused without an agent or with a warm-up; bad lines named by file and line."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from seeupo.cli import app
+    from seeupo.envs.jsonl import read_tasks
+    from seeupo.train.config import load_config
+
+    fam = make_family("lookup", load_config("tiny").env.options)
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps({"id": t.id, "split": t.split, **t.data})
+                              for sp in ("train", "test") for t in fam.tasks(sp)[:6]) + "\n")
+    tasks = read_tasks(str(path))
+    assert len(tasks) == 12 and tasks[0].data == fam.tasks("train")[0].data
+    example = str(Path(__file__).parents[2] / EXAMPLE)
+    args = ["train", "--preset", "tiny", "--agent", example, "--env", "jsonl", f"env.options.path={path}",
+            "warmup.enabled=off", "--steps", "1", *SMALL]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["iterations"] == 1 and s["eval_after"]["tasks"] == 2
+    no_agent = [a for a in args if a not in ("--agent", example)]
+    res = CliRunner().invoke(app, [*no_agent, "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "--agent" in res.output
+    res = CliRunner().invoke(app, [*[a for a in args if a != "warmup.enabled=off"], "warmup.enabled=on",
+                                   "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "warmup.enabled=off" in res.output
+    for bad, msg in (("[1]\n", "JSON object"), ('{"id": "a"}\n{"id": "a"}\n', "repeated"), ("{x\n", "not JSON"),
+                     ("\n", "no tasks")):
+        p = tmp_path / "bad.jsonl"
+        p.write_text(bad)
+        with pytest.raises(ValueError, match=msg):
+            read_tasks(str(p))
