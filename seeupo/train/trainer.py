@@ -284,7 +284,7 @@ class Trainer:
         if self.value_head is not None:
             self.named_params += [(f"value_head.{n}", p) for n, p in self.value_head.named_parameters()]
         self.params = [p for _, p in self.named_params]
-        self.optimizer = adamw(self.params, cfg.optim.lr, cfg.optim.weight_decay)
+        self._optimizer = None  # built on first use: scoring a checkpoint (seeupo eval, serve, sample) needs none
         self.chat = Chat(self.tokenizer)
         self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context,
                                     env_timeout_s=cfg.env.timeout_s, history=cfg.rollout.history_k())
@@ -328,6 +328,14 @@ class Trainer:
                            max_model_len=cfg.rollout.max_context, python=cfg.rollout.vllm_python,
                            seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None,
                            memory_utilization=cfg.rollout.vllm_memory_utilization)
+
+    @property
+    def optimizer(self):
+        """AdamW over the trainable parameters, built when the run first needs it (an update, a checkpoint
+        written or resumed), so that a command that only scores a checkpoint allocates no optimizer state."""
+        if self._optimizer is None:
+            self._optimizer = adamw(self.params, self.cfg.optim.lr, self.cfg.optim.weight_decay)
+        return self._optimizer
 
     def _agent_source(self):
         """``rollout.agent``: the agent program and the endpoint its client talks to (started on first use)."""

@@ -16,11 +16,18 @@ def test_eval_oracle_is_perfect_and_writes_json(tmp_path):
     assert data["avg@k"] == 1.0 and data["pass@k"] == 1.0 and data["k"] == 1 and data["tasks"] == 10
 
 
-def test_eval_checkpoint_of_a_tiny_run(tmp_path):
+def test_eval_checkpoint_of_a_tiny_run(tmp_path, monkeypatch):
+    import seeupo.train.trainer as trainer_module
+
     run = tmp_path / "run"
     small = ["warmup.episodes=8", "eval.tasks=2", "eval.k=1", "rollout.tasks_per_iteration=2",
              "rollout.group_size=2", "run.loggers=[jsonl]"]
+    built = []
+    real = trainer_module.adamw
+    monkeypatch.setattr(trainer_module, "adamw", lambda *a, **k: built.append(1) or real(*a, **k))
     assert CliRunner().invoke(app, ["train", "--preset", "tiny", "--out", str(run), "--steps", "1", *small]).exit_code == 0
+    assert built == [1]  # training builds its optimizer once; scoring the checkpoint below builds none
+    built.clear()
     res = CliRunner().invoke(app, ["eval", "--checkpoint", str(run), "--k", "2", "--max-tasks", "3",
                                    "--out", str(tmp_path / "ev")])
     assert res.exit_code == 0, res.output
@@ -29,6 +36,7 @@ def test_eval_checkpoint_of_a_tiny_run(tmp_path):
     res = CliRunner().invoke(app, ["sample", str(run), "--n", "4", "--top", "2"])
     assert res.exit_code == 0, res.output
     assert "4 episodes" in res.output and "most frequent responses" in res.output
+    assert built == []  # seeupo eval and seeupo sample allocate no optimizer state
 
 
 def test_avg_and_pass_at_k_on_a_policy_that_succeeds_on_some_samples(tmp_path):
