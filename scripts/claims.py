@@ -319,6 +319,8 @@ FINDINGS = [
     ("GRPO against SeeUPO, matched schedules (`lookup`)", "compare", "grpo", "seeupo"),
     ("PPO (a critic) against SeeUPO, matched schedules (`lookup`)", "compare", "ppo", "seeupo"),
     ("RLOO (one on-policy step) against SeeUPO (`lookup`)", "compare", "rloo", "seeupo"),
+    ("GiGPO against SeeUPO, matched schedules (`lookup`)", "compare_turn", "gigpo", "seeupo"),
+    ("SeeUPO fed GiGPO's turn advantages against SeeUPO (`lookup`)", "compare_turn", "seeupo-gigpo", "seeupo"),
     ("GRPO against SeeUPO on the trap family (format-only warm-up)", "compare_trap", "grpo", "seeupo"),
     ("GRPO against SeeUPO on the trap family (partial expert warm-up)", "compare_trap_oracle", "grpo", "seeupo"),
     ("GSPO tuned against its default configuration (`lookup`, equal tuning budget)", "fair", "gspo-tuned",
