@@ -273,11 +273,15 @@ def train(
             bar.stop()
             err_console.print("interrupted while loading; nothing was written", style="yellow", markup=False)
             raise typer.Exit(130)
-        task = bar.add_task("RL", total=cfg.run.iterations)
+        task = None  # added when RL starts (after the warm-up and the evaluation before RL)
 
         def on_iteration(done, record):
-            bar.update(task, completed=done, description=(
-                f"RL  reward {record['reward_mean']:.3f}  success {record['success_rate']:.2f}"))
+            nonlocal task
+            if task is None:
+                task = bar.add_task("RL", total=cfg.run.iterations, completed=done)
+            if record is not None:
+                bar.update(task, completed=done, description=(
+                    f"RL  reward {record['reward_mean']:.3f}  success {record['success_rate']:.2f}"))
 
         try:
             summary = trainer.run(progress=on_iteration)

@@ -8,6 +8,7 @@ folder (``$SEEUPO_CACHE`` or ``~/.cache/seeupo``), so later loads take a fractio
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -176,6 +177,21 @@ def load_tokenizer(name: str):
     return AutoTokenizer.from_pretrained(resolve(name))
 
 
+@contextlib.contextmanager
+def _quiet_loading():
+    """transformers' "Loading weights" bar, off while a model loads (it is a second progress bar
+    under the run's own, for a load of under a second), restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(name: str = DEFAULT_MODEL, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a causal LM and its tokenizer by short name, local path or Hugging Face name.
 
@@ -188,7 +204,8 @@ def load_model(name: str = DEFAULT_MODEL, *, seed: int = 0, dtype: torch.dtype =
     try:
         tok = load_tokenizer(name)
         if not name.startswith(TINY_PREFIX):
-            model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=dtype)
+            with _quiet_loading():
+                model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=dtype)
     except OSError as e:
         raise ModelNotAvailable(
             f"cannot load model {name!r} ({e.__class__.__name__}: {str(e).splitlines()[0][:200]}); give a local "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,10 @@ def apply_lora(model: nn.Module, *, r: int = 16, alpha: int = 32, dropout: float
     targets = [t for t in target_modules if t in present]
     if not targets:
         raise ValueError(f"none of the LoRA target modules {list(target_modules)} exist in this model")
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing` (a FutureWarning on every run);
+        # the value it reads is the same under the new name, so the warning tells the user nothing
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         torch.manual_seed(seed)
         return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
                                                 target_modules=targets, bias="none"))

@@ -715,7 +715,8 @@ class Trainer:
     def run(self, progress=None) -> dict:
         """Warm-up, evaluation before RL, ``run.iterations`` RL iterations, evaluation after; returns
         the summary. SIGTERM/SIGINT stop it at the next safe point with a checkpoint (``RunInterrupted``);
-        ``run.max_nonfinite`` skipped steps in a row stop it with ``NonFiniteStop``."""
+        ``run.max_nonfinite`` skipped steps in a row stop it with ``NonFiniteStop``. ``progress(done,
+        record)`` is called once with ``record`` None when RL starts, then after each iteration."""
         cfg = self.cfg
         self._wall0, self._wall_prior = time.perf_counter(), 0.0
         main = parallel.is_main()
@@ -762,6 +763,8 @@ class Trainer:
                     self._freeze_embeddings()
                     if self._eval_due(start) and self.state.get("evaluated_at") != start:
                         self._periodic_eval(start)  # interrupted there before
+                    if progress:
+                        progress(start, None)  # RL starts now: ``record`` None, nothing trained yet
                     for it in range(start, cfg.run.iterations):
                         at = it
                         self._check_stop()

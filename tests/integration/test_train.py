@@ -91,6 +91,8 @@ def test_cli_train_tiny_writes_summary(tmp_path):
     assert (tmp_path / "tensorboard").exists() is False  # loggers=[jsonl]
     # not a terminal: long stages print plain progress lines (a CI log is never silent)
     assert "[progress] warm-up (supervised steps)" in res.output and "done" in res.output
+    # progress lines in the order the stages run: RL's only once RL starts (issue 36)
+    assert res.output.index("eval before RL") < res.output.index("[progress] RL")
     bad = CliRunner().invoke(app, ["train", "--preset", "tiny", "algo.nmae=x"])
     assert bad.exit_code == 2 and "Extra inputs" in bad.output
 
@@ -201,3 +203,17 @@ def test_the_evaluations_carry_the_environment_counters(tmp_path):
     turns0 = first["turn"]["0"]["rows"]
     all_turns = sum(d["rows"] for d in first["turn"].values())
     assert turns0 / all_turns - 1e-9 <= first["anchors/shared_fraction"] <= 1.0
+
+
+def test_building_a_lora_run_raises_no_library_warning(tmp_path):
+    """The default run's console carries no library deprecation warning (issue 36): building a LoRA
+    policy once printed transformers' ``is_gradient_checkpointing`` FutureWarning on every run."""
+    import warnings
+
+    cfg = load_config("tiny", [f"run.out={tmp_path}", "model.lora=true"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(cfg)
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught
+             if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert shown == []
