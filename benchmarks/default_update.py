@@ -5,6 +5,7 @@ once (``optim.share_prefix``), on the same episodes from the same parameters.
     python benchmarks/default_update.py --quick --json runs/bench/default_update_quick.json  # tiny model, ~1 min
     python benchmarks/default_update.py --json runs/bench/default_update.json               # the default model, ~12 min
     python benchmarks/default_update.py --gather --json runs/bench/default_update_gather.json  # issue 32's check
+    python benchmarks/default_update.py --budgets 4096,2048,1024 --json runs/bench/default_update_budgets.json  # issue 36
 
 ``--gather``: both passes share prefixes; they differ in how rows are picked from the shared levels'
 hidden states and KV cache: ``index_select`` (since issue 32: a backward that sums a shared
@@ -45,6 +46,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--gather", action="store_true",
                     help="time index_select against advanced indexing (both sharing prefixes) instead of shared "
                          "against unshared")
+    ap.add_argument("--budgets", default=None,
+                    help="e.g. 4096,1024: time the update at these micro-batch token budgets (shared prefixes) "
+                         "instead of shared against unshared, with the peak resident memory of each")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     model_name = args.model or ("tiny-random:8x256" if args.quick else "smollm2-135m-instruct")
@@ -85,6 +89,28 @@ def main(argv=None) -> dict:
         policy.take_rows = take
         return time.perf_counter() - t
 
+    if args.budgets:
+        from seeupo.train import memory
+
+        budgets = [int(b) for b in args.budgets.split(",")]
+        times, peaks = {b: [] for b in budgets}, {b: [] for b in budgets}
+        for r in range(args.rounds):
+            for b in budgets:
+                tr.cfg.optim.micro_batch_tokens = b
+                memory.trim()
+                memory.reset_peak()
+                times[b].append(timed(True))
+                peaks[b].append(memory.peak_rss_gb())
+        med = {b: statistics.median(v) for b, v in times.items()}
+        out = {"model": model_name, "warmup": warm, "episodes": len(episodes), "turn_rows": len(rows),
+               "turn_row_tokens": tokens, "seconds_median": {str(b): v for b, v in med.items()},
+               "seconds_all": {str(b): v for b, v in times.items()},
+               "peak_rss_gb": {str(b): max(v) for b, v in peaks.items()},
+               "over_first": {str(b): med[b] / med[budgets[0]] for b in budgets}, "threads": torch.get_num_threads()}
+        for b in budgets:
+            print(f"micro_batch_tokens {b}: update {med[b]:.1f} s ({med[b] / med[budgets[0]]:.3f}x of {budgets[0]}), "
+                  f"peak resident {max(peaks[b]):.2f} GB")
+        return finish(out, "default_update.py", argv, args.json)
     if args.gather:
         times = {"index_select": [], "advanced": []}
         for r in range(args.rounds):

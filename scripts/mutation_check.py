@@ -355,6 +355,22 @@ M = [
  ("tiny models: the Qwen3 architecture missing", "seeupo/models/loading.py",
   'archs = {"": LlamaConfig, "-qwen2": Qwen2Config, "-qwen3": Qwen3Config}', 'archs = {"": LlamaConfig, "-qwen2": Qwen2Config}',
   "tests/integration/test_bfcl.py -k gpu_preset"),
+ # issue 36: memory and the console
+ ("library deprecation warning on the console", "seeupo/models/policy.py",
+  'warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)', "pass",
+  "tests/integration/test_train.py -k library_warning"),
+ ("RL progress line before the warm-up", "seeupo/cli.py", "        task = None  # added when RL starts",
+  '        task = bar.add_task("RL", total=cfg.run.iterations)  # added when RL starts',
+  "tests/integration/test_train.py -k writes_summary"),
+ ("saved activations counted per tensor, not per storage", "seeupo/train/memory.py",
+  "        if entry is None:\n            self.live[key]", "        if True:\n            self.live[key]",
+  "tests/integration/test_memory.py -k counter"),
+ ("the planner keeps a budget that does not fit", "seeupo/train/memory.py", "    if p.need_gb() <= limit:\n        return p",
+  "    if True:\n        return p", "tests/integration/test_memory.py -k halves"),
+ ("a run that cannot fit starts anyway", "seeupo/train/memory.py", "    if p.need_gb(t) > limit:\n        act =",
+  "    if False:\n        act =", "tests/integration/test_memory.py -k 'halves or exits_2'"),
+ ("measuring activations leaves the model in training mode", "seeupo/train/memory.py",
+  "    model.train(was)\n    return counter.peak", "    return counter.peak", "tests/integration/test_memory.py -k leaves"),
 ]
 
 

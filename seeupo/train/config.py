@@ -299,6 +299,11 @@ class RunConfig(Strict):
     loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(["jsonl", "tensorboard"], description="metric sinks")
     max_nonfinite: int = Field(4, ge=1, description="stop the run (exit 1) after this many optimizer steps in a row "
                                "skipped for a non-finite loss or gradient (skipped steps are never applied)")
+    max_memory_gb: Optional[float] = Field(
+        None, gt=0, description="resident memory the run may use (GB; default: the machine's, or its cgroup's "
+        "limit, less 1 GB). At start the activations per token are measured and optim.micro_batch_tokens is "
+        "lowered (by halves, down to 256) until the run fits; a run that cannot fit exits 2 saying what does "
+        "not (CPU runs in one process; docs/performance.md, Memory)")
 
 
 class ServeConfig(Strict):

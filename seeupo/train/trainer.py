@@ -31,7 +31,7 @@ from seeupo.models.policy import Scorer, ValueHead, apply_lora
 from seeupo.models.turns import add_turn_adapters
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler, ScriptedPolicy
-from seeupo.train import checkpoint, parallel
+from seeupo.train import checkpoint, memory, parallel
 from seeupo.train.config import Config, resolved_dump, save_config
 from seeupo.train.learner import LossSpec, adamw, score, swapped
 from seeupo.train.runlog import NullLog, RunLog, dumps, platform_info, plot_curves, read_metrics
@@ -298,9 +298,27 @@ class Trainer:
                                      prefix_cache=cfg.rollout.prefix_cache)
             self.sampler.turn_adapters = self.turn_adapters
         self.agent = self._agent_source() if cfg.rollout.agent else None
+        self.memory = self._plan_memory()
         self.state: dict = {}
         self._signals = _Signals(self._say)  # replaced by the run's own (installed) one
         self._log = NullLog()
+
+    def _plan_memory(self) -> memory.Plan | None:
+        """Fit the micro-batch budget into ``run.max_memory_gb`` (a CPU run in one process: a GPU's
+        memory and other processes' are not this process's resident memory)."""
+        cfg = self.cfg
+        if self.device.type != "cpu" or parallel.world() > 1:
+            return None
+        try:
+            plan = memory.plan(cfg.run.max_memory_gb, self.model, micro_batch_tokens=cfg.optim.micro_batch_tokens,
+                               trainable_bytes=sum(p.numel() * p.element_size() for p in self.params),
+                               kl_reference=cfg.algo.kl_coef > 0)
+        except memory.DoesNotFit as e:
+            raise InputError(str(e)) from None
+        if plan.lowered_from:
+            cfg.optim.micro_batch_tokens = plan.micro_batch_tokens
+            self._say(f"[yellow]{plan.line()}[/]")
+        return plan
 
     def _vllm_sampler(self):
         from seeupo.models.loading import resolve
@@ -472,11 +490,13 @@ class Trainer:
     def iteration(self, it: int) -> dict:
         t0 = time.perf_counter()
         episodes = self._episodes(it)
+        memory.trim()  # the sampler's caches and batches, freed: their pages go back before the update
         t_roll = time.perf_counter() - t0
         lr = scheduled_lr(self.cfg.optim.lr, self.cfg.optim.lr_warmup_iterations, it)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         record = self.update(episodes, it)
+        memory.trim()  # the update's activations
         self._weights_changed()
         record.update({"lr": lr, "time/rollout_s": t_roll, "time/update_s": time.perf_counter() - t0 - t_roll})
         return record
@@ -709,6 +729,7 @@ class Trainer:
 
     def _periodic_eval(self, done: int) -> None:
         ev = self.evaluate(stop=self._stopper())
+        memory.trim()
         self._log.log({"iteration": done, "eval": ev.as_dict()})
         self.state["evaluated_at"] = done
 
@@ -744,6 +765,7 @@ class Trainer:
                     if start is None:
                         if self.warmup_enabled():
                             self._warmup()
+                            memory.trim()  # the warm-up's activations: the largest the run holds
                         if cfg.algo.kl_coef > 0:
                             self.reference_state = checkpoint.trainable_state(self.named_params)
                         self.state["run_id"] = checkpoint.new_run_id()
@@ -752,6 +774,7 @@ class Trainer:
                         self._check_stop()
                     if "eval_before" not in self.state:
                         ev = self.evaluate(stop=self._stopper())
+                        memory.trim()  # the evaluation's KV caches
                         self.state["eval_before"] = ev.as_dict()
                         self._log.log({"iteration": 0, "eval": ev.as_dict(), **self.state.get("warmup", {})})
                         env = "".join(f", {k} {v:.3f}" for k, v in ev.env.items())
