@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
                                                          f"rollout.vllm_python={args.vllm_python}"]))
         try:
             t0 = time.perf_counter()
-            tv._sync_sampler()  # engine start (and the adapter), untimed
+            tv.stack.sync_sampler()  # engine start (and the adapter), untimed
             run([jobs], tv)  # a first batch, untimed
             out["vllm_start_s"] = time.perf_counter() - t0
             t_vllm, eps = run([jobs], tv)

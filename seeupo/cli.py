@@ -215,7 +215,7 @@ def _run_config(folder: str, overrides=None):
 def _preflight(cfg) -> None:
     """The checks that need no model: the environment and its options, the device, whether the
     model can be found offline. Exits 2 with one line naming the fix."""
-    from seeupo.train.trainer import InputError, check_inputs
+    from seeupo.train.stack import InputError, check_inputs
 
     try:
         check_inputs(cfg)
@@ -224,10 +224,22 @@ def _preflight(cfg) -> None:
 
 
 def _trainer(cfg, **kw):
-    from seeupo.train.trainer import InputError, Trainer
+    from seeupo.train.stack import InputError
+    from seeupo.train.trainer import Trainer
 
     try:
         return Trainer(cfg, console=console, **kw)
+    except InputError as e:
+        fail(str(e))
+
+
+def _stack(cfg):
+    """The policy alone (model, sampler, environment): what scoring, serving or sampling a model needs,
+    without a training run's optimizer or state."""
+    from seeupo.train.stack import InputError, PolicyStack
+
+    try:
+        return PolicyStack(cfg)
     except InputError as e:
         fail(str(e))
 
@@ -321,7 +333,7 @@ def evaluate(
     import json as _json
 
     from seeupo.train import checkpoint as ckpt
-    from seeupo.train.trainer import SCRIPTED_POLICIES
+    from seeupo.train.evaluation import SCRIPTED_POLICIES, evaluate as evaluate_policy
 
     if policy != "model" and policy not in SCRIPTED_POLICIES:
         raise typer.BadParameter(f"--policy must be one of: model, {', '.join(SCRIPTED_POLICIES)}")
@@ -339,20 +351,21 @@ def evaluate(
     bar = _progress()
     bar.start()
     try:
-        trainer = _trainer(cfg, bar=bar)
+        stack = _stack(cfg)
     except typer.Exit:
         bar.stop()
         raise
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
-        ckpt.load(path, trainer.named_params, None)
+        ckpt.load(path, stack.named_params, None)
         console.print(f"loaded {path}")
-    pol = SCRIPTED_POLICIES[policy](trainer.chat) if policy != "model" else None
+    pol = SCRIPTED_POLICIES[policy](stack.chat) if policy != "model" else None
     start = time.perf_counter()
     try:
-        res = trainer.evaluate(policy=pol, tag="eval-cli", detailed=True)
+        res = evaluate_policy(stack, policy=pol, tag="eval-cli", detailed=True, bar=bar)
     finally:
         bar.stop()
+        stack.close()
     data = {**res.as_dict(), "split": split, "env": cfg.env.name, "policy": policy,
             "model": cfg.model.name, "seconds": time.perf_counter() - start}
     t = Table(title=f"{cfg.env.name} / {split} / policy {policy}")
@@ -397,12 +410,12 @@ def serve(
     else:
         cfg = _build_config(preset, extra, model=model)
     _preflight(cfg)
-    trainer = _trainer(cfg)
+    stack = _stack(cfg)
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
-        ckpt.load(path, trainer.named_params, None)
+        ckpt.load(path, stack.named_params, None)
         console.print(f"loaded {path}")
-    engine = ChatEngine(trainer.sampler, trainer.chat, model_name=cfg.model.name, parser=cfg.serve.parser,
+    engine = ChatEngine(stack.sampler, stack.chat, model_name=cfg.model.name, parser=cfg.serve.parser,
                         tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context, max_new_tokens=max_tokens,
                         temperature=None, max_wait_s=cfg.serve.max_wait_ms / 1000)
     console.print(f"serving {cfg.model.name} on http://{host}:{port}/v1 (model name {cfg.model.name!r}; Ctrl-C stops)")
@@ -430,14 +443,14 @@ def sample(
     if path is None:
         fail(f"no checkpoint under {checkpoint_dir}/checkpoints (the run stopped before its first one)")
     _preflight(cfg)
-    trainer = _trainer(cfg)
-    ckpt.load(path, trainer.named_params, None)
-    task = trainer.family.tasks(split)[task_index]
+    stack = _stack(cfg)
+    ckpt.load(path, stack.named_params, None)
+    task = stack.family.tasks(split)[task_index]
     jobs = [(task, 0, s, derive_seed(cfg.run.seed, "sample", s)) for s in range(n)]
     import torch
 
     with torch.no_grad():
-        eps = run_episodes(trainer.sampler, trainer.chat, trainer.family, jobs, trainer.limits)
+        eps = run_episodes(stack.sampler, stack.chat, stack.family, jobs, stack.limits)
     console.print(f"{path}: task {task.id}, {n} episodes, success {sum(e.score >= cfg.eval.threshold for e in eps) / n:.3f}")
     t = Table(title="most frequent responses, turn by turn")
     t.add_column("count")

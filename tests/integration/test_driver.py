@@ -147,7 +147,7 @@ def test_buckets_anchor_every_segment_at_four_turns(tmp_path):
 
 def test_update_turns_trains_only_the_chosen_turns(tmp_path, episodes):
     from seeupo.data.episode import trajectory_rows
-    from seeupo.train.trainer import keep_turns
+    from seeupo.train.iteration import keep_turns
 
     r = update(trainer(tmp_path / "last", "algo.update_turns=last:1"), episodes)
     for t in range(3):  # a turn's pool: the episodes whose last turn it is
@@ -218,7 +218,7 @@ def test_per_turn_advantages_reach_the_update(tmp_path, episodes, monkeypatch):
     """What grpo-togo's joint update and SeeUPO's phases (algo.estimator=grae_to_go) receive: each
     turn row's advantage is the loop's reward-to-go advantage of its (episode, turn), with and without
     a reward earned on turn 0; the record's advantage sizes are those values'."""
-    from seeupo.train import trainer as trainer_mod
+    from seeupo.train import iteration as trainer_mod
 
     seen = {}
 
@@ -260,7 +260,7 @@ def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes
     """What Turn-PPO hands the update, against a loop: the value mask marks each turn row's first
     action token only; the return there is turn-level GAE (gamma 0.99, lam 0.9) over the episode's
     turns with the critic's values read at those tokens; the advantage of every row is its turn's."""
-    from seeupo.train import trainer as trainer_mod
+    from seeupo.train import iteration as trainer_mod
 
     tr = trainer(tmp_path / "t", "algo.name=turn-ppo")
     seen = {}
@@ -297,7 +297,7 @@ def test_per_turn_advantages_follow_the_pools_alignment():
     """from_end pools label each episode's last turn 0: the per-turn table is flipped per episode."""
     from types import SimpleNamespace
 
-    from seeupo.train.trainer import _aligned
+    from seeupo.train.iteration import _aligned
 
     adv = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]])
     eps = [SimpleNamespace(n_turns=3), SimpleNamespace(n_turns=2)]

@@ -17,17 +17,24 @@ def test_eval_oracle_is_perfect_and_writes_json(tmp_path):
 
 
 def test_eval_checkpoint_of_a_tiny_run(tmp_path, monkeypatch):
-    import seeupo.train.trainer as trainer_module
+    import seeupo.train.iteration as iteration_module
+    from seeupo.train.iteration import Updater
+    from seeupo.train.trainer import Trainer
 
     run = tmp_path / "run"
     small = ["warmup.episodes=8", "eval.tasks=2", "eval.k=1", "rollout.tasks_per_iteration=2",
              "rollout.group_size=2", "run.loggers=[jsonl]"]
     built = []
-    real = trainer_module.adamw
-    monkeypatch.setattr(trainer_module, "adamw", lambda *a, **k: built.append(1) or real(*a, **k))
+    real = iteration_module.adamw
+    monkeypatch.setattr(iteration_module, "adamw", lambda *a, **k: built.append(1) or real(*a, **k))
+    runs = []  # Trainer and Updater objects built: training builds one of each, scoring none
+    for cls in (Trainer, Updater):
+        init = cls.__init__
+        monkeypatch.setattr(cls, "__init__", lambda self, *a, _init=init, **k: runs.append(type(self)) or _init(self, *a, **k))
     assert CliRunner().invoke(app, ["train", "--preset", "tiny", "--out", str(run), "--steps", "1", *small]).exit_code == 0
-    assert built == [1]  # training builds its optimizer once; scoring the checkpoint below builds none
+    assert built == [1] and runs == [Trainer, Updater]  # training builds its optimizer once
     built.clear()
+    runs.clear()
     res = CliRunner().invoke(app, ["eval", "--checkpoint", str(run), "--k", "2", "--max-tasks", "3",
                                    "--out", str(tmp_path / "ev")])
     assert res.exit_code == 0, res.output
@@ -36,7 +43,7 @@ def test_eval_checkpoint_of_a_tiny_run(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["sample", str(run), "--n", "4", "--top", "2"])
     assert res.exit_code == 0, res.output
     assert "4 episodes" in res.output and "most frequent responses" in res.output
-    assert built == []  # seeupo eval and seeupo sample allocate no optimizer state
+    assert built == [] and runs == []  # seeupo eval and sample build no training run and no optimizer
 
 
 def test_avg_and_pass_at_k_on_a_policy_that_succeeds_on_some_samples(tmp_path):
@@ -49,17 +56,18 @@ def test_avg_and_pass_at_k_on_a_policy_that_succeeds_on_some_samples(tmp_path):
     from seeupo.rollout.runner import run_episodes
     from seeupo.rollout.sampler import ScriptedPolicy
     from seeupo.train.config import load_config
-    from seeupo.train.trainer import Trainer
+    from seeupo.train.evaluation import evaluate
+    from seeupo.train.stack import PolicyStack
 
     cfg = load_config("tiny", ["warmup.enabled=off", "eval.tasks=12", "eval.k=4", "run.loggers=[jsonl]",
                                f"run.out={tmp_path}", "env.options={}", "rollout.max_turns=4"])
-    tr = Trainer(cfg)
+    tr = PolicyStack(cfg)
 
     def coin(env, rng: random.Random) -> str:
         return env.oracle_action() if rng.random() < 0.6 else '{"tool": "answer", "value": -1}'
 
     policy = ScriptedPolicy(coin, tr.chat.encode, tr.chat.eos_id)
-    res = tr.evaluate(policy=policy, tag="coin")
+    res = evaluate(tr, policy=policy, tag="coin")
     tasks = tr.family.tasks("test")[:12]
     jobs = [(t, i, s, derive_seed(cfg.run.seed, "coin", t.id, s)) for i, t in enumerate(tasks) for s in range(4)]
     eps = run_episodes(policy, tr.chat, tr.family, jobs, tr.limits)

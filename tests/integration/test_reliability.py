@@ -13,10 +13,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import seeupo.train.stack as stack_mod
 import seeupo.train.trainer as trainer_mod
 from seeupo.cli import app
 from seeupo.train import checkpoint
 from seeupo.train.config import load_config
+from seeupo.train.iteration import Updater
 from seeupo.train.trainer import RunInterrupted, Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread_module")  # runs compared to the bit (tests/conftest.py)
@@ -69,7 +71,7 @@ def _hook(monkeypatch, point: str):
             return orig(*a, progress=prog, **kw)
         monkeypatch.setattr(trainer_mod, "warmup", warmup)
     elif point in ("eval", "rollout"):
-        orig = trainer_mod.run_episodes
+        orig = stack_mod.run_episodes
         calls = []
 
         def run_episodes(*a, on_progress=None, **kw):
@@ -87,15 +89,15 @@ def _hook(monkeypatch, point: str):
                         on_progress(*x)
                 return orig(*a, on_progress=prog, **kw)
             return orig(*a, on_progress=on_progress, **kw)
-        monkeypatch.setattr(trainer_mod, "run_episodes", run_episodes)
+        monkeypatch.setattr(stack_mod, "run_episodes", run_episodes)
     elif point == "update":
-        orig = Trainer._update
+        orig = Updater._update
 
         def _update(self, episodes, it):
             if it == 1:
                 _signal_self()  # the update runs to its end; the run stops after it
             return orig(self, episodes, it)
-        monkeypatch.setattr(Trainer, "_update", _update)
+        monkeypatch.setattr(Updater, "_update", _update)
     elif point == "save":
         orig = checkpoint.save
         sent = []
@@ -488,7 +490,7 @@ def test_reply_cut_at_the_context_limit_stays_within_it(tiny, chat):
 def test_rates_are_per_turn_when_reset_crashes(tiny, chat):
     from seeupo.envs.base import EnvFamily
     from seeupo.rollout.runner import RolloutLimits, run_episodes
-    from seeupo.train.trainer import episode_stats
+    from seeupo.train.evaluation import episode_stats
 
     class Broken(EnvFamily):
         def tasks(self, split):
@@ -563,14 +565,14 @@ def test_a_crash_after_a_checkpoint_resumes_without_stale_lines(tmp_path, monkey
     uninterrupted run's metrics.jsonl: the lines past the checkpoint are dropped and recomputed."""
     ref_dir, ref = uninterrupted
     cfg = load_config("tiny", [*SMALL, "run.checkpoint_every=0", f"run.out={tmp_path}"])
-    orig = Trainer._update
+    orig = Updater._update
 
     def _update(self, episodes, it):
         if it == 2:
             raise RuntimeError("killed")
         return orig(self, episodes, it)
     with monkeypatch.context() as m:
-        m.setattr(Trainer, "_update", _update)
+        m.setattr(Updater, "_update", _update)
         with pytest.raises(RuntimeError):
             Trainer(cfg).run()
     assert len(_lines(tmp_path)) == 4  # eval before, iterations 0 and 1, the evaluation at 2
@@ -582,7 +584,7 @@ def test_tool_errors_count_once_per_turn_and_extra_calls_add_up(chat):
     from seeupo.envs.base import Env, EnvFamily, StepResult, Task
     from seeupo.rollout.runner import RolloutLimits, run_episodes
     from seeupo.rollout.sampler import ScriptedPolicy
-    from seeupo.train.trainer import episode_stats
+    from seeupo.train.evaluation import episode_stats
 
     class Noisy(Env):
         def reset(self):

@@ -103,7 +103,7 @@ def test_resume_uses_the_new_learning_rate(tmp_path):
     cont = load_config(str(tmp_path / "config.yaml"), ["run.iterations=2", "optim.lr=1e-5"])
     tr = Trainer(cont, resume=True)
     tr.run()
-    from seeupo.train.trainer import scheduled_lr
+    from seeupo.train.iteration import scheduled_lr
 
     want = scheduled_lr(1e-5, cont.optim.lr_warmup_iterations, 1)  # the config's lr, on the same ramp
     assert all(abs(g["lr"] - want) < 1e-15 for g in tr.optimizer.param_groups)

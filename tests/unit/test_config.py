@@ -82,7 +82,7 @@ def test_env_options_are_validated_by_the_env():
 def test_health_warnings_flag_collapse_signals():
     import torch
 
-    from seeupo.train.trainer import _groups_with_signal, health_warnings
+    from seeupo.train.iteration import _groups_with_signal, health_warnings
 
     assert health_warnings({"entropy": 0.5, "tool/error_rate": 0.1, "groups_with_signal": 0.5}) == []
     w = health_warnings({"entropy": 0.001, "tool/error_rate": 0.9, "groups_with_signal": 0.0})
@@ -94,13 +94,13 @@ def test_health_warnings_flag_collapse_signals():
 def test_lr_warmup_schedule_and_the_tiny_preset_uses_it():
     import doctest
 
-    import seeupo.train.trainer as trainer_mod
-    from seeupo.train.trainer import scheduled_lr
+    import seeupo.train.iteration as iteration_mod
+    from seeupo.train.iteration import scheduled_lr
 
     assert scheduled_lr(2.0, 0, 0) == 2.0 and scheduled_lr(2.0, 5, 0) == 0.4 and scheduled_lr(2.0, 5, 9) == 2.0
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner()
-    for t in finder.find(trainer_mod.scheduled_lr, "scheduled_lr", globs={"scheduled_lr": scheduled_lr}):
+    for t in finder.find(iteration_mod.scheduled_lr, "scheduled_lr", globs={"scheduled_lr": scheduled_lr}):
         runner.run(t)
     assert runner.failures == 0
     assert load_config("tiny").optim.lr_warmup_iterations == 5 and load_config("default").optim.lr_warmup_iterations == 0
