@@ -371,6 +371,9 @@ M = [
   "    if False:\n        act =", "tests/integration/test_memory.py -k 'halves or exits_2'"),
  ("measuring activations leaves the model in training mode", "seeupo/train/memory.py",
   "    model.train(was)\n    return counter.peak", "    return counter.peak", "tests/integration/test_memory.py -k leaves"),
+ ("the default model's one-time conversion prints library bars", "seeupo/models/loading.py",
+  "    with _quiet_loading(), contextlib.redirect_stderr(io.StringIO()):\n        tok =",
+  "    with _quiet_loading():\n        tok =", "tests/integration/test_train.py -k converting"),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import os
 import shutil
 import tempfile
@@ -55,8 +56,11 @@ def _convert_smollm2(target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # a few seconds, once per machine: none of transformers' three bars under the run's own (the GGUF
+    # reader's is a plain tqdm on stderr, which no transformers setting turns off)
+    with _quiet_loading(), contextlib.redirect_stderr(io.StringIO()):
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The weights are plain float32 now; clear the quantiser so save_pretrained writes them as such.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -64,8 +68,9 @@ def _convert_smollm2(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        with _quiet_loading(), contextlib.redirect_stderr(io.StringIO()):
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
         try:
             os.replace(tmp, target)
         except OSError:  # another process (torchrun, several runs) converted it first

@@ -217,3 +217,15 @@ def test_building_a_lora_run_raises_no_library_warning(tmp_path):
     shown = [f"{w.category.__name__}: {w.message}" for w in caught
              if issubclass(w.category, (DeprecationWarning, FutureWarning))]
     assert shown == []
+
+
+def test_converting_the_default_model_shows_no_library_bars(tmp_path, capfd):
+    """A fresh machine's first run converts SmolLM2's GGUF once: transformers' own bars (de-quantising,
+    loading, writing shards) stay off it, under the run's progress line (issue 36)."""
+    from seeupo.models import loading
+
+    target = tmp_path / "smollm2"
+    loading._convert_smollm2(target)
+    err = capfd.readouterr().err
+    assert (target / "model.safetensors").exists()
+    assert not any(s in err for s in ("GGUF", "Loading weights", "Writing model shards")), err[-500:]
