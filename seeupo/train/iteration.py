@@ -132,7 +132,7 @@ class Updater:
     def __init__(self, cfg: Config, stack, say=None):
         self.cfg, self.stack, self.algo = cfg, stack, stack.algo
         self._say = say or (lambda msg: None)
-        self._optimizer = None  # built on first use: scoring a checkpoint (seeupo eval, serve, sample) needs none
+        self._optimizer = None  # built on first use (an update, a checkpoint written or resumed)
         # KL reference: the trainable tensors at the start of RL (after the warm-up), swapped in to score
         self.reference_state: dict[str, torch.Tensor] | None = None
 
