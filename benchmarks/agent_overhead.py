@@ -64,25 +64,29 @@ def main(argv=None) -> dict:
     for r in range(rounds):
         jobs = [(tasks[(r * 97 + i // group) % len(tasks)], i // group, i % group, derive_seed(5, r, i))
                 for i in range(episodes)]
+        pre0 = tr.sampler.prefilled_tokens
         t0 = time.perf_counter()
         with torch.no_grad():
             built_in = run_episodes(tr.sampler, tr.chat, tr.family, jobs, tr.limits)
         t_builtin = time.perf_counter() - t0
+        pre1 = tr.sampler.prefilled_tokens
         batches0, requests0, sampling0 = tr.agent.engine.batches, tr.agent.engine.requests, tr.agent.engine.sample_seconds
         t0 = time.perf_counter()
         agent = tr.agent.run(jobs)
         t_agent = time.perf_counter() - t0
+        pre2 = tr.sampler.prefilled_tokens
         per_batch = (tr.agent.engine.requests - requests0) / max(tr.agent.engine.batches - batches0, 1)
         same = sum(_sampled(a) == _sampled(b) for a, b in zip(agent, built_in)) / len(jobs)
         in_sampler = tr.agent.engine.sample_seconds - sampling0
         out["rounds_s"].append({"built_in": t_builtin, "agent": t_agent, "agent_in_sampler": in_sampler,
                                 "requests_per_batch": per_batch,
                                 "identical_episodes": same,
+                                "prefilled_built_in": pre1 - pre0, "prefilled_agent": pre2 - pre1,
                                 "success_built_in": sum(e.score >= 1 for e in built_in) / len(jobs),
                                 "success_agent": sum(e.score >= 1 for e in agent) / len(jobs)})
         print(f"round {r}: built-in {t_builtin:.2f} s, agent {t_agent:.2f} s ({t_agent / t_builtin:.2f}x), "
               f"of which {in_sampler:.2f} s in the sampler, {per_batch:.1f} requests per sampler call, "
-              f"identical episodes {same:.0%}", flush=True)
+              f"identical episodes {same:.0%}, prefilled tokens {pre1 - pre0} / {pre2 - pre1}", flush=True)
     tr.close()
     ratios = [x["agent"] / x["built_in"] for x in out["rounds_s"]]
     out["ratio_median"] = statistics.median(ratios)

@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import finish  # noqa: E402
@@ -64,13 +65,16 @@ def main(argv=None) -> dict:
         memory.trim()
         memory.reset_peak()
         counter = memory.SavedActivations()
+        t0 = time.perf_counter()
         if count:
             with counter.counting():
                 result = fn()
         else:
             result = fn()
+        seconds = time.perf_counter() - t0
         end = memory.rss_gb()
-        row = {"phase": name, "peak_gb": round(memory.peak_rss_gb(), 3), "end_gb": round(end, 3)}
+        row = {"phase": name, "peak_gb": round(memory.peak_rss_gb(), 3), "end_gb": round(end, 3),
+               "seconds": round(seconds, 2)}
         if trimming:
             memory.trim()
             row["retained_gb"] = round(end - memory.rss_gb(), 3)
@@ -78,7 +82,7 @@ def main(argv=None) -> dict:
             row["saved_peak_gb"] = round(counter.peak / memory.GB, 3)
             row["saved_largest_gb"] = round(counter.largest / memory.GB, 3)
         phases.append(row)
-        print(f"{name:<11} peak {row['peak_gb']:.2f} GB  end {row['end_gb']:.2f} GB" +
+        print(f"{name:<11} {seconds:6.1f} s  peak {row['peak_gb']:.2f} GB  end {row['end_gb']:.2f} GB" +
               (f"  retained {row['retained_gb']:.2f}" if "retained_gb" in row else "") +
               (f"  saved for backward {row['saved_peak_gb']:.2f} (largest {row['saved_largest_gb']:.2f})" if count else ""),
               flush=True)

@@ -268,6 +268,88 @@ def agent_overhead(name: str) -> str:
     return "\n".join(lines) + f"\n\nMedian agent / built-in: {d['ratio_median']:.2f}x (`{d['command']}`)."
 
 
+def memory_budgets(name: str) -> str:
+    """``memory-budgets``: benchmarks/default_update.py --budgets from ``results/NAME/default_update_budgets.json``."""
+    import json
+
+    d = json.loads((RESULTS / name / "default_update_budgets.json").read_text())
+    lines = ["| `optim.micro_batch_tokens` | update (median of 3) | relative | peak resident memory |",
+             "|---|---|---|---|"]
+    for b, sec in d["seconds_median"].items():
+        lines.append(f"| {b} | {sec:.1f} s | {d['over_first'][b]:.2f}x | {d['peak_rss_gb'][b]:.2f} GB |")
+    return "\n".join(lines) + (f"\n\n{d['episodes']} episodes, {d['turn_rows']} turn rows, {d['turn_row_tokens']} tokens, "
+                               f"{d['threads']} threads (`{d['command']}`).")
+
+
+def memory_phases(name: str) -> str:
+    """``memory-phases``: benchmarks/memory.py's phases, ``--before`` beside the code as it is, from
+    ``results/NAME/memory_before.json`` and ``memory_after.json``."""
+    import json
+
+    before = json.loads((RESULTS / name / "memory_before.json").read_text())
+    after = json.loads((RESULTS / name / "memory_after.json").read_text())
+    rows_b = {r["phase"]: r for r in before["phases"]}
+
+    def gb(r, key):
+        return "-" if r is None or key not in r else f"{r[key]:.2f}"
+
+    def sec(r):
+        return "-" if r is None or "seconds" not in r else f"{r['seconds']:.0f} s"
+
+    lines = ["| phase | time before | time after | peak before | peak after | at its end before | at its end after | "
+             "kept by the allocator after | saved for backward before | saved for backward after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in after["phases"]:
+        b = rows_b.get(r["phase"])
+        lines.append(f"| {r['phase']} | {sec(b)} | {sec(r)} | {gb(b, 'peak_gb')} GB | {gb(r, 'peak_gb')} GB | "
+                     f"{gb(b, 'end_gb')} GB | "
+                     f"{gb(r, 'end_gb')} GB | {gb(r, 'retained_gb')} GB | {gb(b, 'saved_peak_gb')} | "
+                     f"{gb(r, 'saved_peak_gb')} |")
+    held = after["held"]
+    hb = before["held"]
+    return "\n".join(lines) + (
+        f"\n\nPeak over the phases: {before['peak_gb']:.2f} GB before, {after['peak_gb']:.2f} GB after "
+        f"({hb['micro_batch_tokens']}- and {held['micro_batch_tokens']}-token micro-batches, {after['threads']} threads). "
+        f"Held throughout: Python with torch and transformers {held['python_torch_gb']:.2f} GB, the weights "
+        f"{held['weights_gb']:.2f} GB, the trainable (LoRA) tensors {held['trainable_gb'] * 1000:.1f} MB, the "
+        f"optimizer's moments {held['optimizer_gb'] * 1000:.1f} MB"
+        + (f", the KL reference {held['kl_reference_gb'] * 1000:.1f} MB" if "kl_reference_gb" in held else "")
+        + f"; the sampler's KV caches kept after the rollout {held['sampler_kv_after_rollout_gb']:.2f} GB "
+        f"({held['rollout_tokens']} rollout tokens).")
+
+
+def memory_runs(name: str) -> str:
+    """``memory-runs``: the default run under ``/usr/bin/time -v`` (``results/NAME/default-seed-S/``: its
+    summary.json and the console with time's report), against `compare_default`'s `seeupo` arm on the same seed."""
+    import json
+
+    base = {int(s): v for s, v in next(a for a in results("compare_default")["arms"]
+                                       if a["name"] == "seeupo")["per_seed"].items()}
+    lines = ["| seed | command | wall | peak resident memory | avg@4 before -> after | gain | the earlier default's "
+             "gain (`compare_default`) |", "|---|---|---|---|---|---|---|"]
+    gains = []
+    for d in sorted((RESULTS / name).glob("default-seed-*"), key=lambda p: int(p.name.rsplit("-", 1)[1])):
+        seed = int(d.name.rsplit("-", 1)[1])
+        s = json.loads((d / "summary.json").read_text())
+        log = (d / "time.log").read_text()
+        rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", log).group(1))
+        wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", log).group(1)
+        cmd = re.search(r'Command being timed: "(.*)"', log).group(1)
+        b, a = s["eval_before"]["avg@k"], s["eval_after"]["avg@k"]
+        old = base.get(seed)
+        gains.append(a - b)
+        lines.append(f"| {seed} | `{cmd}` | {wall} | {rss_kb:,} kB ({rss_kb / 2 ** 20:.2f} GiB) | {b:.3f} -> {a:.3f} | "
+                     f"{a - b:+.3f} | " + ("-" if old is None else f"{old['after'] - old['before']:+.3f}") + " |")
+    spread = [v["after"] - v["before"] for v in base.values()]
+    lo, hi = min(spread), max(spread)
+    above = sum(g > hi for g in gains)
+    inside = sum(lo <= g <= hi for g in gains)
+    return "\n".join(lines) + (
+        f"\n\nHeld-out avg@4 on 32 tasks. The earlier default's gains over its {len(spread)} seeds: {lo:+.3f} to "
+        f"{hi:+.3f}; of these {len(gains)} runs, {inside} gain inside that range, {above} above it and "
+        f"{len(gains) - inside - above} below it.")
+
+
 def robustness(one_cpu: bool) -> str:
     import json
 
@@ -488,6 +570,12 @@ def render(spec: str) -> str:
         return agent_overhead(arg or "agents")
     if kind == "agents":
         return agents_table(arg or "agents")
+    if kind == "memory-budgets":
+        return memory_budgets(arg or "memory")
+    if kind == "memory-phases":
+        return memory_phases(arg or "memory")
+    if kind == "memory-runs":
+        return memory_runs(arg or "memory")
     if kind == "seeds":
         return seeds_table(arg)
     if kind == "turns":
