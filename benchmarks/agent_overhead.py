@@ -4,8 +4,10 @@ runner on the same tasks and per-episode seeds, side by side in one process, rou
     python benchmarks/agent_overhead.py --quick --json runs/bench/agent_overhead_quick.json   # ~2 min
     python benchmarks/agent_overhead.py --json runs/bench/agent_overhead.json
 
-An untimed round of 8 episodes runs each path first. The policy is the tiny preset's after a short format warm-up (so episodes take their 2 turns as in
-training); both sources sample from one model. Reported: the seconds of each source per round, the
+An untimed round of 8 episodes runs each path first. The policy is the tiny preset's after a short
+format warm-up (so episodes take their 2 turns as in training); both sources sample from one model.
+(The example agent mirrors the tiny preset's `lookup` options, not the default preset's, so the two
+paths run the same episodes only on the tiny preset.) Reported: the seconds of each source per round, the
 ratio agent / built-in (median over rounds), the requests per sampler call the endpoint batched,
 and the share of episodes whose sampled ids equal the built-in runner's, turn by turn (same seeds;
 the agent's prompts are rendered from its messages, so where they differ from the built-in runner's

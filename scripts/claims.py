@@ -256,15 +256,20 @@ def agents_table(name: str) -> str:
 
 
 def agent_overhead(name: str) -> str:
-    """``agent-overhead``: benchmarks/agent_overhead.py's rounds from ``results/NAME/agent_overhead.json``."""
+    """``agent-overhead``: benchmarks/agent_overhead.py's rounds from ``results/NAME/agent_overhead.json``
+    (``NAME/FILE``: from ``results/NAME/FILE.json``)."""
     import json
 
-    d = json.loads((RESULTS / name / "agent_overhead.json").read_text())
+    folder, _, file = name.partition("/")
+    d = json.loads((RESULTS / folder / f"{file or 'agent_overhead'}.json").read_text())
+    pre = "prefilled_agent" in d["rounds_s"][0]
     lines = ["| round | built-in | agent | agent / built-in | agent: in the sampler | requests per sampler call | "
-             "same sampled ids |", "|---|---|---|---|---|---|---|"]
+             "same sampled ids |" + (" pre-filled tokens (built-in / agent) |" if pre else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if pre else "")]
     for i, r in enumerate(d["rounds_s"]):
         lines.append(f"| {i} | {r['built_in']:.2f} s | {r['agent']:.2f} s | {r['agent'] / r['built_in']:.2f}x | "
-                     f"{r['agent_in_sampler']:.2f} s | {r['requests_per_batch']:.1f} | {r['identical_episodes']:.0%} |")
+                     f"{r['agent_in_sampler']:.2f} s | {r['requests_per_batch']:.1f} | {r['identical_episodes']:.0%} |"
+                     + (f" {r['prefilled_built_in']} / {r['prefilled_agent']} |" if pre else ""))
     return "\n".join(lines) + f"\n\nMedian agent / built-in: {d['ratio_median']:.2f}x (`{d['command']}`)."
 
 

@@ -163,8 +163,9 @@ class AgentSource:
         gate = asyncio.Semaphore(self.concurrency)
         client_timeout = self.timeout_s or 3600.0  # a request never waits forever
         # one connection pool for every episode's client (a client of its own costs 44 ms to build: its SSL
-        # context; that was most of the agent path's overhead on the tiny preset)
-        http = openai.DefaultAsyncHttpxClient(timeout=client_timeout)
+        # context; that was most of the agent path's overhead on the tiny preset). Plain HTTP to this
+        # machine: no certificate store loaded (a further 12 ms per run)
+        http = openai.DefaultAsyncHttpxClient(timeout=client_timeout, verify=False)
 
         async def one(ep: Episode, task, key: str):
             nonlocal done

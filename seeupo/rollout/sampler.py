@@ -76,7 +76,9 @@ class HFSampler:
     ``prefix_cache``: keep each episode's keys and values from one turn to the next (keyed by the
     episode's random generator, dropped for episodes that do not come back in the next call), so a
     turn pre-fills only the tokens added since (the observation), not the whole history again.
-    Used only where the new prompt starts with exactly the cached tokens."""
+    Used only where the new prompt starts with exactly the cached tokens. ``retain``: None, or a
+    function of an episode's generator saying whether its entry outlives a call it is not in (the
+    endpoint's open episodes, whose next calls may come in a later batch than the others')."""
 
     def __init__(self, model, *, pad_id: int, eos_ids: list[int], temperature: float = 1.0,
                  batch_size: int = 64, prefix_cache: bool = True):
@@ -85,6 +87,7 @@ class HFSampler:
         self._cache_kw = cache_keyword(model)
         self.prefix_cache = prefix_cache
         self._prefixes: dict[torch.Generator, _Prefix] = {}
+        self.retain = None
         self.prefilled_tokens = 0  # tokens run through the model before the first sampled token (diagnostic)
 
     turn_adapters = None  # models.turns.TurnAdapters: generate turn t under its adapter
@@ -122,6 +125,9 @@ class HFSampler:
             out += samples
             new.update(kept)
         if self.prefix_cache:
+            if self.retain is not None:
+                asked = set(generators)
+                new.update({g: pre for g, pre in old.items() if g not in asked and g not in new and self.retain(g)})
             self._prefixes = new
         return out
 

@@ -9,7 +9,11 @@ Exact tokens: a request for an episode (``episode`` set) is recorded in the ``Re
 ``Call``: the prompt ids exactly as the server built them, the sampled ids (the end-of-turn token
 included where it was sampled) and their sampling log-probs. A trainer trains on those ids, never
 on a re-tokenisation of the transcript, so each call is its own row and a chat template that is not
-append-only (one that drops earlier turns' reasoning, say) costs nothing.
+append-only (one that drops earlier turns' reasoning, say) costs nothing. Where a call's rendered text
+goes on from the episode's previous prompt and reply (an append-only template, the reply sent back
+as it came), its prompt ids are the previous prompt's, the sampled ids and the new text's: the row
+the built-in runner builds, and the sampler's cached keys and values of the episode still apply (it
+keeps them for open episodes until their next call, whatever batch that comes in).
 
 Messages: ``content`` as a string or a list of text parts; an assistant message with ``tool_calls``
 and no content is rendered in the parser's syntax (``json``: ``{"tool": NAME, ...arguments}``,
@@ -71,6 +75,9 @@ class EpisodeLog:
     calls: list[Call] = field(default_factory=list)
     refused: dict = field(default_factory=dict)  # reason -> count of refused requests
     overridden: int = 0  # requests whose temperature differed from the run's (sampled at the run's)
+    # the text and ids of the latest call's prompt and reply: a next prompt whose text goes on from it
+    # continues these ids (the sampled ones, not a re-tokenisation of the reply's text)
+    stream: tuple[str, list[int]] | None = None
 
 
 class Recorder:
@@ -78,12 +85,18 @@ class Recorder:
 
     def __init__(self):
         self._logs: dict[str, EpisodeLog] = {}
+        self._generators: set[torch.Generator] = set()
         self._lock = threading.Lock()
 
     def open(self, episode: str, seed: int) -> EpisodeLog:
         with self._lock:
             log = self._logs[episode] = EpisodeLog(seed, torch.Generator().manual_seed(seed))
+            self._generators.add(log.generator)
             return log
+
+    def is_open(self, generator: torch.Generator) -> bool:
+        """Whether ``generator`` is an open episode's (the sampler keeps its cached prefix until it closes)."""
+        return generator in self._generators
 
     def get(self, episode: str) -> EpisodeLog | None:
         with self._lock:
@@ -91,7 +104,10 @@ class Recorder:
 
     def close(self, episode: str) -> EpisodeLog | None:
         with self._lock:
-            return self._logs.pop(episode, None)
+            log = self._logs.pop(episode, None)
+            if log is not None:
+                self._generators.discard(log.generator)
+            return log
 
 
 def _text(content) -> str:
@@ -179,6 +195,8 @@ class ChatEngine:
         self.max_context, self.max_new_tokens, self.temperature = max_context, max_new_tokens, temperature
         self.max_calls, self.max_wait_s = max_calls, max_wait_s
         self.recorder = recorder or Recorder()
+        if hasattr(sampler, "retain"):  # an episode's cached prefix waits for its next call, in whatever batch
+            sampler.retain = self.recorder.is_open
         self.expected = None  # () -> int: flush a batch as soon as this many requests wait
         self._pending: list[_Item] = []
         self._wake: asyncio.Event | None = None
@@ -187,6 +205,7 @@ class ChatEngine:
         self.batches = 0  # sampler calls made (diagnostic: requests per batch)
         self.requests = 0
         self.sample_seconds = 0.0  # time in the sampler (diagnostic: the rest is the endpoint's own)
+        self.continued = 0  # prompts that continued their episode's sampled ids (diagnostic)
         self.fatal: BaseException | None = None  # the sampler failed: the run must stop, not count it per episode
         self._busy = False
 
@@ -284,12 +303,26 @@ class ChatEngine:
         return await fut
 
     # ------------------------------------------------------------------ requests
-    def render(self, messages: list[dict], tools=None) -> list[int]:
+    def render_text(self, messages: list[dict], tools=None) -> str:
         kw = {"tools": tools} if tools else {}
         try:
-            text = self.chat.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+            return self.chat.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
         except Exception as e:  # noqa: BLE001 (a template's own check, e.g. roles that must alternate)
             raise RequestError(f"the model's chat template refused these messages: {e}", "template_error") from None
+
+    def render(self, messages: list[dict], tools=None) -> list[int]:
+        return self.chat.encode(self.render_text(messages, tools))
+
+    def prompt_ids(self, text: str, log: EpisodeLog | None) -> list[int]:
+        """The prompt's ids: where ``text`` goes on from the episode's latest prompt and reply (an
+        append-only template, the reply sent back as it came), those ids (the sampled ones) and the new
+        text's; otherwise the whole text tokenised. Both stand for the same text; the first keeps the
+        sampler's cached keys and values of the episode usable and is the row the built-in runner builds."""
+        if log is not None and log.stream is not None:
+            seen, ids = log.stream
+            if len(text) > len(seen) and text.startswith(seen):
+                self.continued += 1
+                return ids + self.chat.encode(text[len(seen):])
         return self.chat.encode(text)
 
     async def complete(self, body: dict, episode: str | None = None) -> dict:
@@ -326,7 +359,8 @@ class ChatEngine:
         if tools is not None and not isinstance(tools, list):
             raise RequestError("tools must be a list")
         messages = normalise(body.get("messages"), parser=self.parser, tool_role=self.tool_role)
-        prompt = self.render(messages, tools)
+        prompt_text = self.render_text(messages, tools)
+        prompt = self.prompt_ids(prompt_text, log)
         room = self.max_context - len(prompt) - 1  # one token stays free for a closing end-of-turn
         if room < 1:
             raise RequestError(f"the prompt has {len(prompt)} tokens; the context holds {self.max_context}",
@@ -378,6 +412,8 @@ class ChatEngine:
             if log is not None:
                 log.calls.append(Call(list(prompt), list(s.ids), list(s.logp), bool(s.finished),
                                       observation(messages), text, temperature))
+                closed = list(s.ids) if s.finished else [*s.ids, eos]  # a cut reply is closed, as the runner does
+                log.stream = (prompt_text + self.chat.decode(closed), list(prompt) + closed)
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices,
                 "usage": {"prompt_tokens": len(prompt) * n, "completion_tokens": completion,

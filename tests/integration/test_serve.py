@@ -129,6 +129,60 @@ def test_ids_trained_on_are_the_ids_sampled(tiny, chat, one_thread):
         assert log.calls[1].prompt_ids[:len(log.calls[0].prompt_ids)] == log.calls[0].prompt_ids
 
 
+async def _faithful_agent(task, client):
+    """Two calls; the second sends the first reply back as it came. Odd tasks start 0.3 s late and even
+    ones wait 0.6 s before their second call, so a batch of the odd tasks' first calls comes between
+    the even tasks' two calls."""
+    odd = int(task.id.rsplit("-", 1)[1]) % 2
+    await asyncio.sleep(0.3 * odd)
+    msgs = [{"role": "user", "content": f"task {task.id}"}]
+    r = await client.chat.completions.create(model="p", messages=msgs)
+    await asyncio.sleep(0.6 * (1 - odd))
+    msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "go on"}]
+    await client.chat.completions.create(model="p", messages=msgs)
+    return 1.0
+
+
+def test_a_reply_sent_back_unchanged_continues_the_sampled_ids(tiny, chat, one_thread):
+    """An append-only template and the reply sent back as it came: the next prompt is the previous
+    prompt, the sampled ids (closed with the end-of-turn token where cut) and the new text's ids, never
+    a re-tokenisation of the reply (which differs from the sampled ids where those are not the
+    tokenizer's own split), and the sampler pre-fills only the new tokens, whichever batches the calls
+    came in (an open episode's cached prefix outlives sampler calls it is not in)."""
+    smp = sampler(tiny, chat)
+    eng = ChatEngine(smp, chat, model_name="p", max_new_tokens=10, temperature=1.0)
+    src = AgentSource(_faithful_agent, eng)
+    logs, close = {}, eng.recorder.close
+
+    def keep(key):
+        logs[key] = close(key)
+        return logs[key]
+    eng.recorder.close = keep
+    try:
+        src.run(_jobs(8))
+    finally:
+        src.close()
+    retokenised = 0
+    for log in logs.values():
+        first, second = log.calls
+        closed = first.ids if first.finished else [*first.ids, chat.eos_id]
+        assert second.prompt_ids[:len(first.prompt_ids) + len(closed)] == first.prompt_ids + closed
+        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": first.text},
+                {"role": "user", "content": "go on"}]
+        assert chat.decode(second.prompt_ids).endswith(chat.render(msgs, generation_prompt=True)[
+            len(chat.render(msgs[:1], generation_prompt=True)):])  # the same text as the template's
+        retokenised += chat.encode(chat.decode(first.ids)) != first.ids
+    assert retokenised > 0  # some replies are not the tokenizer's own split: the case this guards
+    assert eng.continued == 8
+    assert eng.batches >= 3  # the calls did come in several batches
+    new_tokens = sum(len(c.prompt_ids) - len(logs[k].calls[0].prompt_ids) - len(logs[k].calls[0].ids)
+                     for k in logs for c in logs[k].calls[1:])
+    first_prompts = sum(len(log.calls[0].prompt_ids) for log in logs.values())
+    # the second calls pre-filled their new tokens and each reply's last sampled token (whose keys and
+    # values the sampler had not computed), nothing of the history
+    assert smp.prefilled_tokens == first_prompts + new_tokens + len(logs)
+
+
 NOT_APPEND_ONLY = (
     "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
     "<|im_start|>assistant\n[earlier reply]<|im_end|>\n"
