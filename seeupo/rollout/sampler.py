@@ -127,7 +127,7 @@ class HFSampler:
         if self.prefix_cache:
             if self.retain is not None:
                 asked = set(generators)
-                new.update({g: pre for g, pre in old.items() if g not in asked and g not in new and self.retain(g)})
+                new.update({g: pre for g, pre in old.items() if g not in asked and self.retain(g)})
             self._prefixes = new
         return out
 

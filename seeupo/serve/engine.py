@@ -310,9 +310,6 @@ class ChatEngine:
         except Exception as e:  # noqa: BLE001 (a template's own check, e.g. roles that must alternate)
             raise RequestError(f"the model's chat template refused these messages: {e}", "template_error") from None
 
-    def render(self, messages: list[dict], tools=None) -> list[int]:
-        return self.chat.encode(self.render_text(messages, tools))
-
     def prompt_ids(self, text: str, log: EpisodeLog | None) -> list[int]:
         """The prompt's ids: where ``text`` goes on from the episode's latest prompt and reply (an
         append-only template, the reply sent back as it came), those ids (the sampled ones) and the new
