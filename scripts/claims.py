@@ -263,13 +263,19 @@ def agent_overhead(name: str) -> str:
     folder, _, file = name.partition("/")
     d = json.loads((RESULTS / folder / f"{file or 'agent_overhead'}.json").read_text())
     pre = "prefilled_agent" in d["rounds_s"][0]
+    http = "agent_http" in d["rounds_s"][0]
     lines = ["| round | built-in | agent | agent / built-in | agent: in the sampler | requests per sampler call | "
-             "same sampled ids |" + (" pre-filled tokens (built-in / agent) |" if pre else ""),
-             "|---|---|---|---|---|---|---|" + ("---|" if pre else "")]
+             "same sampled ids |" + (" pre-filled tokens (built-in / agent) |" if pre else "")
+             + (" agent over http | over http / built-in |" if http else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if pre else "") + ("---|---|" if http else "")]
     for i, r in enumerate(d["rounds_s"]):
         lines.append(f"| {i} | {r['built_in']:.2f} s | {r['agent']:.2f} s | {r['agent'] / r['built_in']:.2f}x | "
                      f"{r['agent_in_sampler']:.2f} s | {r['requests_per_batch']:.1f} | {r['identical_episodes']:.0%} |"
-                     + (f" {r['prefilled_built_in']} / {r['prefilled_agent']} |" if pre else ""))
+                     + (f" {r['prefilled_built_in']} / {r['prefilled_agent']} |" if pre else "")
+                     + (f" {r['agent_http']:.2f} s | {r['agent_http'] / r['built_in']:.2f}x |" if http else ""))
+    if http:
+        return "\n".join(lines) + (f"\n\nMedian agent / built-in: {d['ratio_median']:.2f}x with serve.transport="
+                                   f"{d['transport']}, {d['ratio_median_http']:.2f}x over http (`{d['command']}`).")
     return "\n".join(lines) + f"\n\nMedian agent / built-in: {d['ratio_median']:.2f}x (`{d['command']}`)."
 
 

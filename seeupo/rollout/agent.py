@@ -8,7 +8,11 @@ The agent is the user's own code, written against a chat API::
 ``task`` is the environment family's ``Task`` (``task.id``, ``task.split``, ``task.data``);
 ``client`` an ``openai.AsyncOpenAI`` pointed at the run's endpoint (``seeupo.serve``) under this
 episode's path, so every call it makes is recorded with its exact prompt ids, sampled ids and
-log-probs. It returns the episode's reward (a float), or ``{"reward": r}`` with optionally
+log-probs. The endpoint is reached one of two ways (``serve.transport``): ``local`` (the default) calls
+the endpoint's ASGI app inside the run's process and event loop through ``httpx.ASGITransport``: the
+same app, routes and JSON, no socket (the client's ``base_url`` is ``http://seeupo.local/ep/<id>/v1``
+and only that client object reaches it); ``http`` starts the server on a free ``127.0.0.1`` port in a
+thread, for agents that pass the URL on to other clients or processes. It returns the episode's reward (a float), or ``{"reward": r}`` with optionally
 ``"turn_rewards": [...]`` (one per call: then these are the per-turn rewards, and their sum the
 episode's reward) and ``"score"`` (the success measure in [0, 1] of evaluations; default: the
 reward, or the sum of ``turn_rewards``).
@@ -120,8 +124,12 @@ class AgentSource:
     """Runs an agent program's episodes through a ``ChatEngine`` served on a local port."""
 
     def __init__(self, agent, engine: ChatEngine, *, timeout_s: float | None = None, concurrency: int = 64,
-                 api_key: str = "seeupo"):
+                 api_key: str = "seeupo", transport: str = "local"):
+        if transport not in ("local", "http"):
+            raise ValueError(f"transport={transport!r}: local or http")
         self.agent, self.engine, self.timeout_s, self.api_key = agent, engine, timeout_s, api_key
+        self.transport = transport
+        self._app = None  # the endpoint's ASGI app (transport local)
         self.concurrency = concurrency  # agents running at once (rollout.batch_size)
         self.server = None
         self.unfinished = 0  # agents of the current run not yet finished
@@ -132,16 +140,23 @@ class AgentSource:
         self._n = 0  # episodes run so far (unique path ids)
 
     def start(self):
-        if self.server is None:
+        if self.transport == "http" and self.server is None:
             from seeupo.serve.app import BackgroundServer
 
             self.server = BackgroundServer(self.engine).start()
+        elif self.transport == "local" and self._app is None:
+            from seeupo.serve.app import build_app
+
+            self._app = build_app(self.engine)
         return self
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.stop()
+            self.server.stop()  # (closes the engine)
             self.server = None
+        elif self._app is not None:
+            self.engine.close()
+            self._app = None
 
     def run(self, jobs, *, first_episode_id: int = 0, on_progress=None) -> list[Episode]:
         """One episode per job ``(task, group, sample, seed)``, in job order."""
@@ -165,12 +180,28 @@ class AgentSource:
         # one connection pool for every episode's client (a client of its own costs 44 ms to build: its SSL
         # context; that was most of the agent path's overhead on the tiny preset). Plain HTTP to this
         # machine: no certificate store loaded (a further 12 ms per run)
-        http = openai.DefaultAsyncHttpxClient(timeout=client_timeout, verify=False)
+        batching = None
+        if self.transport == "local":
+            # the httpx that this openai release builds its clients on (httpx, or its fork httpx2)
+            httpx = sys.modules[next(c for c in openai.DefaultAsyncHttpxClient.__mro__
+                                     if c.__name__ == "AsyncClient").__module__.split(".")[0]]
+            # the app in this loop: its batching loop too (a server's lifespan starts it in the server's)
+            # Sampling runs in this thread: every running agent waits for the batch (or has had max_wait_s)
+            self.engine.inline = True
+            batching = asyncio.get_running_loop().create_task(self.engine.run_batches())
+            await asyncio.sleep(0)
+            # raise_app_exceptions=False: a failure inside the app is a 500 reply, as over a socket
+            http = openai.DefaultAsyncHttpxClient(
+                timeout=client_timeout, transport=httpx.ASGITransport(app=self._app, raise_app_exceptions=False))
+            url = lambda key: f"http://seeupo.local/ep/{key}/v1"  # noqa: E731
+        else:
+            http = openai.DefaultAsyncHttpxClient(timeout=client_timeout, verify=False)
+            url = self.server.episode_url
 
         async def one(ep: Episode, task, key: str):
             nonlocal done
             async with gate:
-                client = openai.AsyncOpenAI(base_url=self.server.episode_url(key), api_key=self.api_key,
+                client = openai.AsyncOpenAI(base_url=url(key), api_key=self.api_key,
                                             max_retries=0, timeout=client_timeout, http_client=http)
                 run = asyncio.ensure_future(self.agent(task, client))
                 try:
@@ -192,8 +223,15 @@ class AgentSource:
             results = await asyncio.gather(*(one(ep, job[0], key) for ep, job, key in zip(episodes, jobs, keys)))
         finally:
             await http.aclose()
-        logs = [self.engine.recorder.close(key) for key in keys]  # calls still waiting are dropped, then
-        asyncio.run_coroutine_threadsafe(self.engine.idle(), self.engine._loop).result(timeout=600)  # none runs on
+            logs = [self.engine.recorder.close(key) for key in keys]  # calls still waiting are dropped, then
+            if batching is not None:  # none runs on
+                try:
+                    await asyncio.wait_for(self.engine.idle(), 600)
+                finally:
+                    batching.cancel()
+                    await asyncio.gather(batching, return_exceptions=True)
+        if batching is None:
+            asyncio.run_coroutine_threadsafe(self.engine.idle(), self.engine._loop).result(timeout=600)
         if self.engine.fatal is not None:  # the sampler failed: stop the run rather than train on nothing
             raise RuntimeError(f"the endpoint's sampler failed: {self.engine.fatal!r}") from self.engine.fatal
         for ep, log, (got, fault) in zip(episodes, logs, results):

@@ -317,6 +317,12 @@ class ServeConfig(Strict):
                                                "environments send observations)")
     max_wait_ms: float = Field(100.0, ge=0, description="how long a batch waits after its latest request for more "
                                "(at most 10 windows; a run's agents: until every unfinished one has a call waiting)")
+    transport: Literal["local", "http"] = Field("local", description="how a run's agents reach the endpoint: local "
+                                                "(its ASGI app called in the run's process, no socket; the "
+                                                "client's base_url is http://seeupo.local/ep/<id>/v1 and only "
+                                                "the client handed to the agent reaches it) or http (a server "
+                                                "on a free 127.0.0.1 port, for agents that pass the URL on to "
+                                                "other clients or processes)")
     agent_timeout_s: Optional[float] = Field(600.0, gt=0, description="seconds one agent episode may take, its model "
                                              "calls included; past it the episode ends as 'timeout' (excluded "
                                              "from the loss). None: no limit")

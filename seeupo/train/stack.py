@@ -167,7 +167,8 @@ class PolicyStack:
                             tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context,
                             max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                             max_calls=cfg.rollout.max_turns, max_wait_s=cfg.serve.max_wait_ms / 1000)
-        return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s, concurrency=cfg.rollout.batch_size)
+        return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s, concurrency=cfg.rollout.batch_size,
+                           transport=cfg.serve.transport)
 
     def rollout(self, jobs, *, on_progress=None) -> list[Episode]:
         """Episodes of ``jobs`` from the rollout source: the agent program, or the built-in runner."""

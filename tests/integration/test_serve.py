@@ -102,9 +102,10 @@ def _jobs(n=4, seed=0):
     return [(t, i, 0, derive_seed(seed, "agent", t.id)) for i, t in enumerate(tasks)]
 
 
-def test_ids_trained_on_are_the_ids_sampled(tiny, chat, one_thread):
+@pytest.mark.parametrize("transport", ["local", "http"])
+def test_ids_trained_on_are_the_ids_sampled(tiny, chat, one_thread, transport):
     eng = ChatEngine(sampler(tiny, chat), chat, model_name="p", max_new_tokens=10, temperature=1.0)
-    src = AgentSource(_echo_agent, eng)
+    src = AgentSource(_echo_agent, eng, transport=transport)
     try:
         logs = {}
         close = eng.recorder.close
@@ -118,7 +119,8 @@ def test_ids_trained_on_are_the_ids_sampled(tiny, chat, one_thread):
         src.close()
     assert len(logs) == 4
     for ep, log in zip(eps, logs.values()):
-        assert ep.end_reason == "done" and ep.n_turns == 2 and ep.step_rewards == [0.25, 0.75]
+        assert ep.end_reason == "done", ep.error
+        assert ep.n_turns == 2 and ep.step_rewards == [0.25, 0.75]
         for k, c in enumerate(log.calls):
             gen = [i for i, (m, t) in enumerate(zip(ep.gen_mask, ep.turn_of)) if m and t == k]
             assert [ep.ids[i] for i in gen] == c.ids  # exactly the sampled ids, none re-tokenised
