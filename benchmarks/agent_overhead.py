@@ -74,15 +74,7 @@ def main(argv=None) -> dict:
         run_episodes(tr.sampler, tr.chat, tr.family, warm, tr.limits)
     http = None
     if args.http:  # a second endpoint on the same sampler, over a socket
-        from seeupo.rollout.agent import AgentSource
-        from seeupo.serve.engine import ChatEngine
-
-        e, a = tr.agent.engine, tr.agent
-        http = AgentSource(a.agent, ChatEngine(tr.sampler, tr.chat, model_name=e.model_name, parser=e.parser,
-                                               tool_role=e.tool_role, max_context=e.max_context,
-                                               max_new_tokens=e.max_new_tokens, temperature=e.temperature,
-                                               max_calls=e.max_calls, max_wait_s=e.max_wait_s),
-                           timeout_s=a.timeout_s, concurrency=a.concurrency, transport="http")
+        http = tr.stack._agent_source(transport="http")
         tr.sampler.retain = http.engine.recorder.is_open
         http.run(warm)
     tr.sampler.retain = tr.agent.engine.recorder.is_open  # (one sampler, the endpoint that runs keeps its prefixes)

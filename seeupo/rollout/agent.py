@@ -120,8 +120,16 @@ def episode_from_calls(ep: Episode, log: EpisodeLog) -> Episode:
     return ep
 
 
+def _asgi_transport(openai, app):
+    """An ASGI transport of the httpx that this openai release builds its clients on (httpx, or its fork
+    httpx2: another one's transport fails its checks). A failure inside the app is a 500 reply, as over a
+    socket (``raise_app_exceptions=False``)."""
+    base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
+    return sys.modules[base.__module__.split(".")[0]].ASGITransport(app=app, raise_app_exceptions=False)
+
+
 class AgentSource:
-    """Runs an agent program's episodes through a ``ChatEngine`` served on a local port."""
+    """Runs an agent program's episodes through a ``ChatEngine``: in the run's process or on a local port."""
 
     def __init__(self, agent, engine: ChatEngine, *, timeout_s: float | None = None, concurrency: int = 64,
                  api_key: str = "seeupo", transport: str = "local"):
@@ -148,6 +156,8 @@ class AgentSource:
             from seeupo.serve.app import build_app
 
             self._app = build_app(self.engine)
+            # the batch is sampled in the run's own loop: every running agent waits on it anyway
+            self.engine.inline = True
         return self
 
     def close(self) -> None:
@@ -178,23 +188,15 @@ class AgentSource:
         gate = asyncio.Semaphore(self.concurrency)
         client_timeout = self.timeout_s or 3600.0  # a request never waits forever
         # one connection pool for every episode's client (a client of its own costs 44 ms to build: its SSL
-        # context; that was most of the agent path's overhead on the tiny preset). Plain HTTP to this
-        # machine: no certificate store loaded (a further 12 ms per run)
+        # context; that was most of the agent path's overhead on the tiny preset)
         batching = None
         if self.transport == "local":
-            # the httpx that this openai release builds its clients on (httpx, or its fork httpx2)
-            httpx = sys.modules[next(c for c in openai.DefaultAsyncHttpxClient.__mro__
-                                     if c.__name__ == "AsyncClient").__module__.split(".")[0]]
-            # the app in this loop: its batching loop too (a server's lifespan starts it in the server's)
-            # Sampling runs in this thread: every running agent waits for the batch (or has had max_wait_s)
-            self.engine.inline = True
+            # the app's batching loop in this loop (a server's lifespan starts it in the server's own)
             batching = asyncio.get_running_loop().create_task(self.engine.run_batches())
             await asyncio.sleep(0)
-            # raise_app_exceptions=False: a failure inside the app is a 500 reply, as over a socket
-            http = openai.DefaultAsyncHttpxClient(
-                timeout=client_timeout, transport=httpx.ASGITransport(app=self._app, raise_app_exceptions=False))
+            http = openai.DefaultAsyncHttpxClient(timeout=client_timeout, transport=_asgi_transport(openai, self._app))
             url = lambda key: f"http://seeupo.local/ep/{key}/v1"  # noqa: E731
-        else:
+        else:  # plain HTTP to this machine: no certificate store loaded (a further 12 ms per run)
             http = openai.DefaultAsyncHttpxClient(timeout=client_timeout, verify=False)
             url = self.server.episode_url
 

@@ -151,8 +151,9 @@ class PolicyStack:
                            seed=cfg.run.seed, lora_rank=cfg.model.lora_r if cfg.model.lora else None,
                            memory_utilization=cfg.rollout.vllm_memory_utilization)
 
-    def _agent_source(self):
-        """``rollout.agent``: the agent program and the endpoint its client talks to (started on first use)."""
+    def _agent_source(self, transport: str | None = None):
+        """``rollout.agent``: the agent program and the endpoint its client talks to (started on first use);
+        ``transport``: another than ``serve.transport``."""
         from seeupo.rollout.agent import AgentError, AgentSource, load_agent
         from seeupo.serve.engine import ChatEngine
 
@@ -168,7 +169,7 @@ class PolicyStack:
                             max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                             max_calls=cfg.rollout.max_turns, max_wait_s=cfg.serve.max_wait_ms / 1000)
         return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s, concurrency=cfg.rollout.batch_size,
-                           transport=cfg.serve.transport)
+                           transport=transport or cfg.serve.transport)
 
     def rollout(self, jobs, *, on_progress=None) -> list[Episode]:
         """Episodes of ``jobs`` from the rollout source: the agent program, or the built-in runner."""
