@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Issue 34: the turn-level credit experiments in full mode, one after another with --records (each
-# resumes from results/NAME and packs finished trials there every few minutes and on SIGTERM). Start it
-# when a core is free (after scripts/rerun_records.sh or scripts/chain_issue33.sh ends), one worker,
-# so that no two torch jobs share a core:
+# Issue 34: the turn-level credit experiments in full mode, then issue 33's TextWorld order and reward
+# experiments, one after another with --records (each resumes from results/NAME and packs finished
+# trials there every few minutes and on SIGTERM), one worker, beside scripts/chain_issue33.sh (no two
+# torch jobs share a core):
 #   WORKERS=1 nohup scripts/chain_issue34.sh >> runs/chain_issue34.log 2>&1 &
 # Stop it with `touch runs/STOP34` (after the running sweep) or `pkill -f chain_issue34.sh` and then
-# `pkill -TERM -f "seeupo sweep [a-z_]*_turn"` (now; finished trials are packed), then commit results/.
+# `pkill -TERM -f "seeupo sweep ([a-z_]*_turn|order_textworld|reward_textworld)"` (now; finished
+# trials are packed), then commit results/.
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p runs/sweeps
-for name in compare_turn robustness_turn compare_trap_turn; do
+for name in compare_turn robustness_turn compare_trap_turn order_textworld reward_textworld; do
   [ -f runs/STOP34 ] && exit 0
   echo "=== $name $(date -u +%FT%TZ)"
   OMP_NUM_THREADS=1 .venv/bin/seeupo sweep "$name" --out "runs/sweeps/$name" --workers "${WORKERS:-1}" --records "results/$name"
