@@ -17,7 +17,8 @@ Kinds:
   collapses, drawdown;
 - ``robustness`` / ``robustness-onecpu`` — ``scripts/robustness_table.py``'s tables of ``results/
   robustness`` (the second with the arms of ``results/robustness_intel`` in place of the same-named
-  arms: every ``lookup`` pair on one CPU kind);
+  arms: every ``lookup`` pair on one CPU kind); ``robustness-of:NAME[:ALGO]`` the same tables of
+  ``results/NAME`` (an experiment with robustness' arm names), with ``--loss-vs ALGO``'s table;
 - ``coverage`` — ``scripts/coverage.py``'s simulation (seeded);
 - ``pairs:EXPERIMENT`` — a declared family of paired contrasts (``PAIRS``: e.g. ``adapters``' per-turn
   adapter against the one-adapter capacity control), each with its t interval, exact p and Holm's
@@ -361,12 +362,14 @@ def memory_runs(name: str) -> str:
         f"{len(gains) - inside - above} below it.")
 
 
-def robustness(one_cpu: bool) -> str:
+def robustness(name: str, loss_vs: str | None = None) -> str:
+    """``robustness_table``'s tables of an experiment's records (``robustness-onecpu``: see
+    ``results``), with ``loss_vs``'s loss table when given."""
     import json
 
     rt = _script("robustness_table")
-    res = json.loads(json.dumps(results("robustness-onecpu" if one_cpu else "robustness")))
-    return rt.tables(res, rt.report_drawdowns(res)).rstrip()
+    res = json.loads(json.dumps(results(name)))
+    return rt.tables(res, rt.report_drawdowns(res), loss_vs=loss_vs).rstrip()
 
 
 def coverage() -> str:
@@ -592,9 +595,12 @@ def render(spec: str) -> str:
     if kind == "turns":
         return turns_table(arg)
     if kind == "robustness":
-        return robustness(one_cpu=False)
+        return robustness("robustness")
     if kind == "robustness-onecpu":
-        return robustness(one_cpu=True)
+        return robustness("robustness-onecpu")
+    if kind == "robustness-of":  # robustness-of:EXPERIMENT[:LOSS_VS_ALGO]
+        name, _, base = arg.partition(":")
+        return robustness(name, base or None)
     if kind == "coverage":
         return coverage()
     if kind == "findings":

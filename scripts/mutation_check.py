@@ -384,6 +384,9 @@ M = [
  ("the default model's one-time conversion prints library bars", "seeupo/models/loading.py",
   "    with _quiet_loading(), contextlib.redirect_stderr(io.StringIO()):\n        tok =",
   "    with _quiet_loading():\n        tok =", "tests/integration/test_train.py -k converting"),
+ ("robustness loss table: the base algorithm's loss not subtracted", "scripts/robustness_table.py",
+  "contrast([(x[s] - clean[s]) - (r[s] - ref_clean[s]) for s in seeds])", "contrast([(x[s] - clean[s]) for s in seeds])",
+  "tests/unit/test_robustness_table.py -k loss_vs"),
 ]
 
 

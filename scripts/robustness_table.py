@@ -20,6 +20,9 @@ For each task family this prints
   algorithm's clean arm like the success table;
 - collapse frequency per perturbation and level, pooled over the algorithms, with a Wilson 95%
   interval (and, on `trap`, how many runs ended in the trap), and the same counts per algorithm;
+- with ``--loss-vs ALGO``, each other algorithm's change from its clean arm minus ALGO's change at the
+  same perturbation and level, paired by seed (does that algorithm lose less than ALGO?), with Holm
+  across those contrasts;
 - the platforms the trials ran on, when more than one (a sweep that spans sessions may move);
 - the trials whose held-out score after RL ends far below their own training curve (more than
   ``--drop`` below the mean training success of their last ``--last`` iterations): a breakdown in the
@@ -46,7 +49,7 @@ from seeupo.sweep.collapse import CollapseRule, drawdown
 from seeupo.sweep.report import collect, crossings
 from seeupo.sweep.stats import contrast, holm
 
-NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_]+)$")
+NAME = re.compile(r"^(?P<family>[a-z_]+)-(?P<what>clean|[a-z_]+?)(?P<level>\d+(?:\.\d+)?)?-(?P<algo>[a-z_][a-z_-]*)$")
 
 
 def parse(name: str):
@@ -56,6 +59,8 @@ def parse(name: str):
     ('lookup', 'shaping', 0.25, 'grpo')
     >>> parse("trap-clean-seeupo")
     ('trap', 'clean', 0.0, 'seeupo')
+    >>> parse("lookup-shaping1.0-grpo-togo")
+    ('lookup', 'shaping', 1.0, 'grpo-togo')
     """
     m = NAME.match(name)
     if not m or (m["what"] == "clean") != (m["level"] is None):
@@ -134,13 +139,65 @@ def diff_rows(fam: str, by_algo: dict, perts: list, levels: list, of, tests: dic
     return rows
 
 
+def loss_contrasts(grid: dict, base: str, of) -> dict:
+    """Each algorithm's loss from its own clean arm against ``base``'s loss at the same perturbation and
+    level, ``{(family, algo, perturbation, level): contrast}``: per seed (the seeds all four arms have)
+    ``(arm - its clean) - (base's arm - base's clean)``, a difference in differences, positive when
+    the algorithm loses less than ``base`` (or gains more); ``p_holm`` across all of them."""
+    out = {}
+    for fam, by_algo in grid.items():
+        ref = by_algo.get(base)
+        if not ref or ("clean", 0.0) not in ref:
+            continue
+        ref_clean = of(ref[("clean", 0.0)])
+        for algo, cells in by_algo.items():
+            if algo == base or ("clean", 0.0) not in cells:
+                continue
+            clean = of(cells[("clean", 0.0)])
+            for key, a in cells.items():
+                if key == ("clean", 0.0) or key not in ref:
+                    continue
+                x, r = of(a), of(ref[key])
+                seeds = sorted(set(x) & set(clean) & set(r) & set(ref_clean), key=int)
+                if seeds:
+                    out[(fam, algo, *key)] = contrast([(x[s] - clean[s]) - (r[s] - ref_clean[s]) for s in seeds])
+    keys = list(out)
+    for k, ph in zip(keys, holm([out[k]["p"] for k in keys])):
+        out[k]["p_holm"] = ph
+    return out
+
+
+def loss_rows(fam: str, by_algo: dict, perts: list, levels: list, base: str, tests: dict) -> list[str]:
+    """Rows algorithm x perturbation of ``loss_contrasts``: per level the difference in differences,
+    its t 95% interval, p and p_holm."""
+    rows = []
+    for algo in by_algo:
+        for p in perts:
+            cells = [tests.get((fam, algo, p, lv)) for lv in levels]
+            if algo == base or not any(cells):
+                continue
+            row = [algo, p, "0 (by definition)"]
+            for c in cells:
+                if c is None:
+                    row.append("-")
+                    continue
+                sig = "**" if c["p_holm"] < 0.05 else ""
+                ci = c["diff_ci95"]
+                row.append(f"{sig}{c['diff']:+.3f}{sig} [{ci[0]:+.3f}, {ci[1]:+.3f}], p {c['p']:.3f}, "
+                           f"p_holm {c['p_holm']:.2f}, n={c['pairs']}")
+            rows.append("| " + " | ".join(row) + " |")
+    return rows
+
+
 def _after(a: dict) -> dict:
     return {s: v["after"] for s, v in a["per_seed"].items()}
 
 
-def tables(res: dict, drawdowns: dict | None = None) -> str:
+def tables(res: dict, drawdowns: dict | None = None, loss_vs: str | None = None) -> str:
     """The markdown tables of results.json; with ``drawdowns`` (``{arm: {seed: drawdown}}``, read from
-    the trials' training curves) also the drawdown table."""
+    the trials' training curves) also the drawdown table; with ``loss_vs`` (an algorithm of the
+    experiment) also each other algorithm's loss from its clean arm against that one's
+    (``loss_contrasts``)."""
     arms = {a["name"]: a for a in res["arms"]}
     grid: dict = {}
     for name, a in arms.items():
@@ -148,6 +205,10 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
         grid.setdefault(fam, {}).setdefault(algo, {})[(what, level)] = a
     success = contrasts(grid, _after)
     falls = contrasts(grid, lambda a: drawdowns.get(a["name"], {})) if drawdowns is not None else {}
+    if loss_vs is not None and not any(loss_vs in by_algo for by_algo in grid.values()):
+        raise ValueError(f"--loss-vs {loss_vs!r}: no arm of that algorithm "
+                         f"(algorithms: {', '.join(sorted({a for b in grid.values() for a in b}))})")
+    losses = loss_contrasts(grid, loss_vs, _after) if loss_vs is not None else {}
     m = len(success)
     out = [f"Each paired difference: mean over seeds, Student's t 95% interval, the exact sign-flip p-value and "
            f"that p-value adjusted by Holm across all {m} success contrasts of the experiment (the drawdown table: "
@@ -170,6 +231,14 @@ def tables(res: dict, drawdowns: dict | None = None) -> str:
                        "paired by seed, with its t 95% CI, p and p_holm.\n")
             out += level_header(levels)
             out += diff_rows(fam, by_algo, perts, levels, lambda a: drawdowns.get(a["name"], {}), falls)
+        if any(k[0] == fam for k in losses):
+            out.append("")
+            out.append(f"**{fam}**: each algorithm's change from its own clean arm minus {loss_vs}'s change at the "
+                       f"same perturbation and level, paired by seed (a difference in differences: positive where it "
+                       f"loses less than {loss_vs}), with its t 95% CI, the exact sign-flip p and p_holm across these "
+                       f"{len(losses)} contrasts (a family of their own, apart from the success table's).\n")
+            out += level_header(levels)
+            out += loss_rows(fam, by_algo, perts, levels, loss_vs, losses)
         trap = any(a.get("trapped") is not None for algo in by_algo.values() for a in algo.values())
         out.append("")
         out.append(f"**{fam}**: collapse frequency (runs flagged by the sweep's collapse detector, "
@@ -265,6 +334,9 @@ def main(argv=None) -> None:
     ap.add_argument("--drop", type=float, default=0.4,
                     help="list trials whose held-out score is more than this below their training success (0.4)")
     ap.add_argument("--last", type=int, default=3, help="training success: mean of the last N iterations (3)")
+    ap.add_argument("--loss-vs", metavar="ALGO", default=None,
+                    help="also compare each algorithm's loss from its clean arm with this algorithm's, paired by "
+                         "seed (e.g. grpo for robustness_turn: does reward-to-go close GRPO's shaping loss?)")
     ap.add_argument("--arms-from", type=Path, action="append", default=[], metavar="DIR",
                     help="another sweep's folder whose arms replace the sweep's arms of the same name (e.g. clean "
                          "arms trained again on the platform of the perturbed ones); repeatable")
@@ -291,7 +363,10 @@ def main(argv=None) -> None:
     falls = report_drawdowns(res)
     if falls is None and trials is not None:
         falls = trial_drawdowns(trials, res)
-    print(tables(res, falls))
+    try:
+        print(tables(res, falls, loss_vs=args.loss_vs))
+    except ValueError as e:
+        sys.exit(str(e))
     if replaced:
         print("\nArms replaced by another sweep's: " + "; ".join(replaced) + ".")
     if trials is not None:

@@ -197,3 +197,31 @@ def test_arms_of_another_sweep_replace_those_of_the_same_name(rt, tmp_path, caps
     rt.main([str(main)])
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| grpo | shaping"))
     assert "(-0.200 [" in row and "3 across platforms" in row, row
+
+
+def test_loss_vs_compares_each_algorithms_loss_with_the_base_algorithms_paired_by_seed(rt, tmp_path, capsys):
+    """A difference in differences per seed: (arm - its clean) - (grpo's arm - grpo's clean), only over
+    the seeds all four arms have; hand-computed."""
+    res = {"metric": "avg@k", "arms": [
+        arm("lookup-clean-grpo", [0.80, 0.90, 0.70]),
+        arm("lookup-shaping1.0-grpo", [0.40, 0.60, 0.50]),       # changes -0.40, -0.30, -0.20
+        arm("lookup-clean-grpo-togo", [0.70, 0.80, 0.90, 0.50]),
+        arm("lookup-shaping1.0-grpo-togo", [0.70, 0.60, 0.80, 0.10]),  # changes 0, -0.20, -0.10 (seed 3 unpaired)
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    rt.main([str(tmp_path), "--loss-vs", "grpo"])
+    text = capsys.readouterr().out
+    # per seed: 0 - (-0.40) = +0.40, -0.20 - (-0.30) = +0.10, -0.10 - (-0.20) = +0.10 -> mean +0.200;
+    # sign flips: all 8 give means +-0.2 or +-0.4/3... p = 2/8 (the observed signs and their mirror)
+    row = next(line for line in text.splitlines() if line.startswith("| grpo-togo | shaping | 0 (by definition)"))
+    assert "+0.200 [" in row and "n=3" in row
+    assert ", p 0.250, p_holm 0.25," in row
+    # grpo-togo's own success table row reads it against its own clean arm (4 seeds vs 4)
+    assert "| grpo-togo | shaping | 0.725 (n=4) |" in text
+
+
+def test_loss_vs_names_an_algorithm_of_the_experiment(rt, tmp_path):
+    res = {"metric": "avg@k", "arms": [arm("lookup-clean-grpo", [0.8, 0.6]), arm("lookup-shaping1.0-grpo", [0.4, 0.5])]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    with pytest.raises(SystemExit, match="no arm of that algorithm"):
+        rt.main([str(tmp_path), "--loss-vs", "gigpo"])
