@@ -13,5 +13,7 @@ mkdir -p runs/sweeps
 for name in compare_turn robustness_turn compare_trap_turn order_textworld reward_textworld; do
   [ -f runs/STOP34 ] && exit 0
   echo "=== $name $(date -u +%FT%TZ)"
-  OMP_NUM_THREADS=1 .venv/bin/seeupo sweep "$name" --out "runs/sweeps/$name" --workers "${WORKERS:-1}" --records "results/$name"
+  extra=()  # order_textworld's reverse arm is compare_textworld's seeupo arm (the same definition)
+  [ "$name" = order_textworld ] && extra=(--reuse-records results/compare_textworld)
+  OMP_NUM_THREADS=1 .venv/bin/seeupo sweep "$name" --out "runs/sweeps/$name" --workers "${WORKERS:-1}" --records "results/$name" "${extra[@]}"
 done

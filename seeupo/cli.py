@@ -534,6 +534,11 @@ def sweep_cmd(
                                            "are read, not trained), and every trial finished since is packed into a new part every "
                                            "30 minutes and at the end or on interruption; carries a long sweep across "
                                            "machines whose disks do not last"),
+    reuse_records: Optional[list[Path]] = typer.Option(None, "--reuse-records", help="another experiment's records "
+                                                       "folder: its finished trials of an arm defined exactly as one of "
+                                                       "this experiment's (same base and overrides, any arm name) and "
+                                                       "of a seed this one runs are taken as that arm's trials, not "
+                                                       "trained again; repeatable"),
 ) -> None:
     """Run an experiment's trials (every arm x seed, each an ordinary run folder) on an Optuna study,
     then write its report. Re-running skips finished trials, resumes interrupted ones, retries failed
@@ -565,6 +570,16 @@ def sweep_cmd(
         console.print(f"records {records}: {got['restored']} finished trial(s) restored, {got['present']} already "
                       f"here" + (f", {got['tuning']} tuning trial(s) added to their studies" if got["tuning"] else "")
                       + (f", {got['stale']} skipped (their arm is defined differently now)" if got["stale"] else ""))
+    for other in reuse_records or []:
+        if not other.is_dir():
+            fail(f"--reuse-records {other}: no such folder")
+        try:
+            taken = recs.reuse(spec, other)
+        except ValueError as e:
+            fail(str(e))
+        console.print(f"records {other}: " + ("; ".join(f"{arm} <- {len(t)} trial(s) ({', '.join(t)})"
+                                                         for arm, t in taken.items()) or "no trial to reuse"),
+                      markup=False, highlight=False)
     seeds, fixed = exp.plan(quick)
     budget, tune_seeds, tuned = exp.tune_plan(quick)
     n_arms = len(fixed) + len(tuned)  # quick.arms may run a subset of the fixed arms

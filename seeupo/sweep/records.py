@@ -133,6 +133,36 @@ def restore(spec, records: Path) -> dict[str, int]:
     return counts
 
 
+def reuse(spec, other: Path) -> dict[str, list[str]]:
+    """Take finished trials from another experiment's records folder ``other``: a trial whose arm there
+    is defined exactly as an arm here (the same base preset and override list, whatever the arm is
+    called) and whose seed this experiment runs becomes that arm's trial here, when this sweep has no
+    finished trial there yet (the same run; no need to train it twice). Parts of the other mode
+    (quick / full) are not read. From the next save on, they are packed into this experiment's own
+    records like any trial finished here. Returns ``{this arm: ["OTHER_EXPERIMENT/ARM/seed-S", ...]}``."""
+    ident = _identity(spec)
+    by_def: dict[str, list[str]] = {}
+    for arm, d in ident.items():
+        by_def.setdefault(json.dumps(d), []).append(arm)
+    seeds = set(spec.exp.plan(spec.quick)[0])
+    taken: dict[str, list[str]] = {}
+    for part in sorted(Path(other).glob("*-part-*.tar.xz")):
+        meta, trials, _ = _read(part)
+        if bool(meta.get("quick")) != bool(spec.quick):
+            continue
+        for (theirs, seed), files in sorted(trials.items()):
+            d = meta["arms"].get(theirs)
+            if d is None or seed not in seeds or set(files) != set(FILES):
+                continue
+            for arm in by_def.get(json.dumps(d), []):
+                folder = spec.folder(arm, seed)
+                if (folder / "summary.json").exists():
+                    continue
+                _write(folder, files)
+                taken.setdefault(arm, []).append(f"{meta.get('name', part.name)}/{theirs}/seed-{seed}")
+    return taken
+
+
 def _write(folder: Path, files: dict[str, bytes]) -> None:
     """A finished run folder's files: each whole or not at all, summary.json last, so a restore
     stopped at any point leaves no truncated file and no summary.json before the files it vouches for."""

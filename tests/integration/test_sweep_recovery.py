@@ -231,3 +231,29 @@ def test_a_restore_stopped_midway_leaves_no_folder_that_looks_finished(tmp_path,
     assert records.restore(two, recs) == {"restored": 1, "present": 0, "stale": 0, "tuning": 0}
     assert {n: (g / n).read_bytes() for n in files} == files
     assert sorted(p.name for p in g.iterdir()) == sorted(files)  # no temporary left behind
+
+
+def test_reuse_takes_another_experiments_trials_of_an_identically_defined_arm_only(tmp_path):
+    """--reuse-records: a finished trial of another experiment whose arm has the same definition (base and
+    overrides, under another name) and a seed this one runs is taken; one of a differently defined arm,
+    of a seed this one does not run, or where this sweep already finished, is not."""
+    from seeupo.sweep import records
+
+    other_path = tmp_path / "other.yaml"
+    other_path.write_text(yaml.safe_dump({"description": "test", "base": "tiny", "reference": "x", "seeds": [0, 5],
+                                          "overrides": SMALL, "arms": {"b": ["algo.name=grpo"], "x": []}}))
+    other = SweepSpec(load_experiment(str(other_path)), tmp_path / "other", quick=False)
+    for arm, seed in [("b", 0), ("x", 0), ("x", 5)]:  # b, defined otherwise, is read first
+        f = other.folder(arm, seed)
+        f.mkdir(parents=True)
+        for name in records.FILES:
+            (f / name).write_text(f"{arm} {seed} {name}\n")
+    recs = tmp_path / "recs"
+    records.save(other, recs)
+    mine = SweepSpec(load_experiment(str(_experiment(tmp_path, [0, 1], SMALL))), tmp_path / "mine", quick=False)
+    assert records.reuse(mine, recs) == {"a": ["other/x/seed-0"]}  # b: algo.name=grpo; seed 5: not run here
+    assert (mine.folder("a", 0) / "summary.json").read_text() == "x 0 summary.json\n"
+    assert not mine.folder("a", 1).exists()
+    (mine.folder("a", 0) / "summary.json").write_text("mine\n")  # finished here: left alone
+    assert records.reuse(mine, recs) == {}
+    assert (mine.folder("a", 0) / "summary.json").read_text() == "mine\n"
