@@ -388,7 +388,7 @@ M = [
   "contrast([(x[s] - clean[s]) - (r[s] - ref_clean[s]) for s in seeds])", "contrast([(x[s] - clean[s]) for s in seeds])",
   "tests/unit/test_robustness_table.py -k loss_vs"),
  ("reused records: taken by arm name or for any arm, not by definition", "seeupo/sweep/records.py",
-  "            for arm in by_def.get(json.dumps(d), []):\n", "            for arm in ident:\n",
+  "            for arm in by_def.get(tuple(d), []):\n", "            for arm in ident:\n",
   "tests/integration/test_sweep_recovery.py -k reuse"),
 ]
 

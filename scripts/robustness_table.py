@@ -110,6 +110,13 @@ def contrasts(grid: dict, of) -> dict:
     return out
 
 
+def _tested(c: dict) -> str:
+    """A contrast as a table cell: the difference (bold where p_holm < 0.05), its t 95% CI, p, p_holm."""
+    sig = "**" if c["p_holm"] < 0.05 else ""
+    ci = c["diff_ci95"]
+    return f"{sig}{c['diff']:+.3f}{sig} [{ci[0]:+.3f}, {ci[1]:+.3f}], p {c['p']:.3f}, p_holm {c['p_holm']:.2f}"
+
+
 def diff_rows(fam: str, by_algo: dict, perts: list, levels: list, of, tests: dict) -> list[str]:
     """Rows algorithm x perturbation: per level the mean over seeds of ``of(arm)`` (``{seed: x}``) and
     its paired difference from the same algorithm's clean arm (``tests``, from ``contrasts``)."""
@@ -126,13 +133,11 @@ def diff_rows(fam: str, by_algo: dict, perts: list, levels: list, of, tests: dic
                     row.append(f"{mean(a.values()):.3f}")
                 else:
                     c = tests[(fam, algo, p, lv)]
-                    ci, n = c["diff_ci95"], c["pairs"]
+                    n = c["pairs"]
                     both = set(a) & set(clean)
                     apart = crossings(cells[(p, lv)].get("platforms", {}), cells[("clean", 0.0)].get("platforms", {}),
                                       both)
-                    sig = "**" if c["p_holm"] < 0.05 else ""
-                    row.append(f"{mean(a.values()):.3f} ({sig}{c['diff']:+.3f}{sig} [{ci[0]:+.3f}, {ci[1]:+.3f}], "
-                               f"p {c['p']:.3f}, p_holm {c['p_holm']:.2f}"
+                    row.append(f"{mean(a.values()):.3f} ({_tested(c)}"
                                + (f", n={n}" if n != len(clean) or n != len(a) else "")
                                + (f", {apart} across platforms" if apart else "") + ")")
             rows.append("| " + " | ".join(row) + " |")
@@ -181,10 +186,7 @@ def loss_rows(fam: str, by_algo: dict, perts: list, levels: list, base: str, tes
                 if c is None:
                     row.append("-")
                     continue
-                sig = "**" if c["p_holm"] < 0.05 else ""
-                ci = c["diff_ci95"]
-                row.append(f"{sig}{c['diff']:+.3f}{sig} [{ci[0]:+.3f}, {ci[1]:+.3f}], p {c['p']:.3f}, "
-                           f"p_holm {c['p_holm']:.2f}, n={c['pairs']}")
+                row.append(f"{_tested(c)}, n={c['pairs']}")
             rows.append("| " + " | ".join(row) + " |")
     return rows
 

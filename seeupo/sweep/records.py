@@ -141,9 +141,9 @@ def reuse(spec, other: Path) -> dict[str, list[str]]:
     (quick / full) are not read. From the next save on, they are packed into this experiment's own
     records like any trial finished here. Returns ``{this arm: ["OTHER_EXPERIMENT/ARM/seed-S", ...]}``."""
     ident = _identity(spec)
-    by_def: dict[str, list[str]] = {}
+    by_def: dict[tuple[str, ...], list[str]] = {}
     for arm, d in ident.items():
-        by_def.setdefault(json.dumps(d), []).append(arm)
+        by_def.setdefault(tuple(d), []).append(arm)
     seeds = set(spec.exp.plan(spec.quick)[0])
     taken: dict[str, list[str]] = {}
     for part in sorted(Path(other).glob("*-part-*.tar.xz")):
@@ -154,7 +154,7 @@ def reuse(spec, other: Path) -> dict[str, list[str]]:
             d = meta["arms"].get(theirs)
             if d is None or seed not in seeds or set(files) != set(FILES):
                 continue
-            for arm in by_def.get(json.dumps(d), []):
+            for arm in by_def.get(tuple(d), []):
                 folder = spec.folder(arm, seed)
                 if (folder / "summary.json").exists():
                     continue
