@@ -390,6 +390,9 @@ M = [
  ("reused records: taken by arm name or for any arm, not by definition", "seeupo/sweep/records.py",
   "            for arm in by_def.get(tuple(d), []):\n", "            for arm in ident:\n",
   "tests/integration/test_sweep_recovery.py -k reuse"),
+ ("compare_trap_turn's to-the-bit count changed by hand", "docs/experiments.md",
+  "`compare_trap`'s on all 16 (arm, seed) pairs", "`compare_trap`'s on all 15 (arm, seed) pairs",
+  "tests/unit/test_trap_turn_records.py"),
 ]
 
 
