@@ -223,23 +223,14 @@ def _preflight(cfg) -> None:
         fail(str(e))
 
 
-def _trainer(cfg, **kw):
-    from seeupo.train.stack import InputError
+def _build(kind: str, cfg, **kw):
+    """A training run (`kind="trainer"`: model, sampler, environment, optimizer and state) or the policy
+    alone (`"stack"`: what scoring, serving or sampling a model needs); bad input exits with code 2."""
+    from seeupo.train.stack import InputError, PolicyStack
     from seeupo.train.trainer import Trainer
 
     try:
-        return Trainer(cfg, console=console, **kw)
-    except InputError as e:
-        fail(str(e))
-
-
-def _stack(cfg):
-    """The policy alone (model, sampler, environment): what scoring, serving or sampling a model needs,
-    without a training run's optimizer or state."""
-    from seeupo.train.stack import InputError, PolicyStack
-
-    try:
-        return PolicyStack(cfg)
+        return Trainer(cfg, console=console, **kw) if kind == "trainer" else PolicyStack(cfg, **kw)
     except InputError as e:
         fail(str(e))
 
@@ -280,7 +271,7 @@ def train(
                   f"episodes | out {cfg.run.out}")
     with _progress() as bar:
         try:
-            trainer = _trainer(cfg, resume=resume, overwrite=overwrite, bar=bar)
+            trainer = _build("trainer", cfg, resume=resume, overwrite=overwrite, bar=bar)
         except KeyboardInterrupt:  # before the run's own handler is installed: nothing written yet
             bar.stop()
             err_console.print("interrupted while loading; nothing was written", style="yellow", markup=False)
@@ -351,7 +342,7 @@ def evaluate(
     bar = _progress()
     bar.start()
     try:
-        stack = _stack(cfg)
+        stack = _build("stack", cfg)
     except typer.Exit:
         bar.stop()
         raise
@@ -410,7 +401,7 @@ def serve(
     else:
         cfg = _build_config(preset, extra, model=model)
     _preflight(cfg)
-    stack = _stack(cfg)
+    stack = _build("stack", cfg)
     if checkpoint_dir:
         path = ckpt.latest(Path(checkpoint_dir))
         ckpt.load(path, stack.named_params, None)
@@ -443,7 +434,7 @@ def sample(
     if path is None:
         fail(f"no checkpoint under {checkpoint_dir}/checkpoints (the run stopped before its first one)")
     _preflight(cfg)
-    stack = _stack(cfg)
+    stack = _build("stack", cfg)
     ckpt.load(path, stack.named_params, None)
     task = stack.family.tasks(split)[task_index]
     jobs = [(task, 0, s, derive_seed(cfg.run.seed, "sample", s)) for s in range(n)]
