@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -115,12 +116,15 @@ def duration(seconds: float) -> str:
 
 def pace(done: int, total: int, trial_seconds: list[float], workers: int) -> str:
     """Where a sweep stands: trials done of all, and the time left if the rest take as long as the
-    ``trial_seconds`` of the trials this run has finished, ``workers`` at a time (the mean trial, not
-    the time since the start: with N workers the first trials end together, after one trial's time);
+    ``trial_seconds`` of the trials this run has finished, ``workers`` at a time (the median trial, not
+    the time since the start: with N workers the first trials end together, after one trial's time; the
+    median, not the mean, so that one trial that spent hours paused does not inflate the estimate);
     no estimate before the first one.
 
     >>> pace(37, 640, [300.0, 240.0], 2)
     '37/640 done; about 22.6 h left at 270 s a trial, 2 at a time'
+    >>> pace(37, 640, [300.0, 240.0, 250.0, 18000.0], 2)  # one trial paused for five hours
+    '37/640 done; about 23.0 h left at 275 s a trial, 2 at a time'
     >>> pace(28, 640, [], 2)
     '28/640 done'
     >>> pace(640, 640, [200.0], 2)
@@ -128,8 +132,8 @@ def pace(done: int, total: int, trial_seconds: list[float], workers: int) -> str
     """
     text = f"{done}/{total} done"
     if trial_seconds and done < total:
-        mean = sum(trial_seconds) / len(trial_seconds)
-        text += (f"; about {duration((total - done) * mean / max(1, workers))} left at {mean:.0f} s a trial, "
+        typical = statistics.median(trial_seconds)
+        text += (f"; about {duration((total - done) * typical / max(1, workers))} left at {typical:.0f} s a trial, "
                  f"{workers} at a time")
     return text
 
