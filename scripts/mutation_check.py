@@ -249,6 +249,8 @@ M = [
   "    arms = [p.name for p in (spec.out / 'trials').iterdir()]\n", "tests/integration/test_sweep.py -k gains"),
  ("sweep: progress does not count the trials it finishes", "seeupo/cli.py", "                took.append(seconds)\n",
   "                pass\n", "tests/integration/test_sweep.py -k cli_counts"),
+ ("report: an arm's one seed sent to the sign-flip test (scipy refuses one observation)", "seeupo/sweep/stats.py",
+  "    if len(d) == 1 or all(x == 0 for x in d):", "    if all(x == 0 for x in d):", "seeupo/sweep/stats.py"),
  ("sweep: the time left from the mean trial (a paused trial inflates it)", "seeupo/sweep/engine.py",
   "typical = statistics.median(trial_seconds)", "typical = statistics.mean(trial_seconds)", "seeupo/sweep/engine.py"),
  ("buckets: segment anchor mask not trimmed to its width", "seeupo/train/update.py", "            ref_mask[idx, :w] = torch.maximum(ref_mask[idx, :w], seg.loss_mask.to(ref_mask.dtype))",

@@ -102,10 +102,13 @@ def min_p(n: int) -> float:
 def sign_flip_p(diffs) -> float:
     """Exact two-sided p-value of the paired sign-flip test of ``mean(diffs) == 0`` (every one of the
     ``2^n`` sign assignments, equally likely under the null; ``scipy.stats.permutation_test``).
-    nan without pairs; 1.0 when every difference is 0.
+    nan without pairs; 1.0 when every difference is 0 or there is one pair (its two signs are equally
+    extreme), as while a sweep's first seed of an arm is all there is.
 
     >>> sign_flip_p([0.1, 0.2, 0.3])  # only all-plus and all-minus reach |mean| 0.2: 2 of 8
     0.25
+    >>> sign_flip_p([0.3])
+    1.0
     """
     import numpy as np
     from scipy.stats import permutation_test
@@ -113,7 +116,7 @@ def sign_flip_p(diffs) -> float:
     d = _finite(diffs)
     if not d:
         return float("nan")
-    if all(x == 0 for x in d):
+    if len(d) == 1 or all(x == 0 for x in d):
         return 1.0
     exact = len(d) <= EXACT_MAX_N
     res = permutation_test((np.asarray(d),), np.mean, permutation_type="samples", vectorized=True,
