@@ -1,0 +1,33 @@
+"""docs/experiments.md says reward_textworld's `outcome` arm repeats compare_textworld's `seeupo` arm
+to the bit (on these one-quest games `score_delta`, the preset's default, gives the outcome's
+rewards): every seed the two share, run on one CPU kind, has the same trained parameters
+(`trainable_param_sha256` of its summary.json), and the prose states how many seeds that is."""
+
+import json
+import re
+from pathlib import Path
+
+from seeupo.sweep.records import _read, parts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _summaries(name: str, arm: str) -> dict[int, dict]:
+    out = {}
+    for part in parts(ROOT / "results" / name, name):
+        for (a, seed), files in _read(part)[1].items():
+            if a == arm and "summary.json" in files:
+                out[seed] = json.loads(files["summary.json"])
+    return out
+
+
+def test_reward_textworld_outcome_repeats_compare_textworld_seeupo():
+    old, new = _summaries("compare_textworld", "seeupo"), _summaries("reward_textworld", "outcome")
+    cpu = lambda s: [p["cpu"] for p in s["platforms"]]  # noqa: E731
+    same_kind = sorted(k for k in set(old) & set(new) if cpu(old[k]) == cpu(new[k]))
+    assert same_kind, "no seed of reward_textworld's outcome arm shares a CPU kind with compare_textworld"
+    differ = [k for k in same_kind if old[k]["trainable_param_sha256"] != new[k]["trainable_param_sha256"]]
+    assert differ == []
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    said = re.search(r"the same on all (\d+) seeds? the two experiments share on one CPU kind", doc)
+    assert said and int(said.group(1)) == len(same_kind)
