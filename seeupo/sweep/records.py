@@ -79,6 +79,12 @@ def packed(records: Path, name: str) -> set[tuple[str, int]]:
     return {key for part in parts(records, name) for key in _read(part)[1]}
 
 
+def summaries(records: Path, name: str) -> dict[tuple[str, int], dict]:
+    """The ``summary.json`` of every finished trial some part named ``name`` holds, by (arm, seed)."""
+    return {key: json.loads(files["summary.json"]) for part in parts(records, name)
+            for key, files in _read(part)[1].items() if "summary.json" in files}
+
+
 def packed_tuning(records: Path, name: str) -> set[tuple[str, str]]:
     """The (tuned arm, trial identity: ``engine.trial_uid``) of every tuning trial some part named
     ``name`` holds."""

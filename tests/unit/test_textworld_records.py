@@ -3,22 +3,16 @@ to the bit (on these one-quest games `score_delta`, the preset's default, gives 
 rewards): every seed the two share, run on one CPU kind, has the same trained parameters
 (`trainable_param_sha256` of its summary.json), and the prose states how many seeds that is."""
 
-import json
 import re
 from pathlib import Path
 
-from seeupo.sweep.records import _read, parts
+from seeupo.sweep.records import summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _summaries(name: str, arm: str) -> dict[int, dict]:
-    out = {}
-    for part in parts(ROOT / "results" / name, name):
-        for (a, seed), files in _read(part)[1].items():
-            if a == arm and "summary.json" in files:
-                out[seed] = json.loads(files["summary.json"])
-    return out
+    return {seed: s for (a, seed), s in summaries(ROOT / "results" / name, name).items() if a == arm}
 
 
 def test_reward_textworld_outcome_repeats_compare_textworld_seeupo():

@@ -2,22 +2,16 @@
 again, to the bit: every (arm, seed) the two experiments share has the same trained parameters
 (`trainable_param_sha256` of its summary.json) in both records."""
 
-import json
 import re
 from pathlib import Path
 
-from seeupo.sweep.records import _read, parts
+from seeupo.sweep.records import summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hashes(name: str) -> dict[tuple[str, int], str]:
-    out = {}
-    for part in parts(ROOT / "results" / name, name):
-        for key, files in _read(part)[1].items():
-            if "summary.json" in files:
-                out[key] = json.loads(files["summary.json"])["trainable_param_sha256"]
-    return out
+    return {k: s["trainable_param_sha256"] for k, s in summaries(ROOT / "results" / name, name).items()}
 
 
 def test_compare_trap_turn_repeats_compare_trap_to_the_bit():
