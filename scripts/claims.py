@@ -615,6 +615,65 @@ def blocks(files=FILES):
             yield path, m
 
 
+# Three-decimal figures a reading quotes from elsewhere: (file name, the arms block the reading
+# follows, the figure) -> another generated block of that file that must hold it ("claims:SPEC"), or
+# why the figure comes from no record.
+QUOTED_ELSEWHERE = {
+    ("experiments.md", "arms:compare_turn", "0.621"): "claims:arms:compare",
+    ("experiments.md", "arms:compare_turn", "0.809"): "claims:arms:compare",
+    ("experiments.md", "arms:order", "0.473"): "natural order's mean in notebook.md, on trials since lost",
+    ("experiments.md", "arms:compare_default", "0.247"): "SeeUPO's mean in notebook.md, on trials since lost",
+    ("experiments.md", "arms:compare_default", "0.299"): "GRPO's mean in notebook.md, on trials since lost",
+    ("experiments.md", "arms:compare_default", "0.263"): "GSPO's mean in notebook.md, on trials since lost",
+    ("envs.md", "arms:bfcl_default", "0.002"): "the GPU preset's KL coefficient, a setting",
+}
+FIGURE = re.compile(r"(?<![\d.])([+-]?\d\.\d{3})(?!\d|\.\d)")
+
+
+def _figures(*bodies: str) -> set[str]:
+    held = {f for body in bodies for f in FIGURE.findall(body)}
+    return held | {f.lstrip("+-") for f in held}
+
+
+def prose_figures(files=FILES) -> list[tuple[str, str, str]]:
+    r"""The figures a reading quotes that its tables do not give.
+
+    A reading is the prose after a ``claims:arms`` block up to the next heading. Each three-decimal
+    figure in it must appear in that block or in a generated block inside the reading (a per-turn
+    table), a signed figure with its sign (``+0.031``, a difference) and an unsigned one either way;
+    a figure quoted from another experiment must be listed in ``QUOTED_ELSEWHERE`` with the block
+    that holds it. The blocks are checked against the records, so a figure copied wrong, or left
+    behind when a block changed, is caught here.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "x.md").write_text("<!-- claims:arms:e -->\n| a | 0.600 | +0.031 |\n<!-- /claims:arms:e -->\n"
+    ...                             "A ends at 0.600, +0.031 above B and -0.031 below C at 0.631.\n### next\n0.999\n")
+    >>> prose_figures([d / "x.md"])
+    [('x.md', 'arms:e', '-0.031'), ('x.md', 'arms:e', '0.631')]
+    """
+    missing = []
+    for path in files:
+        text = path.read_text()
+        specs = {m["spec"]: m["body"] for m in BLOCK.finditer(text)}
+        for m in BLOCK.finditer(text):
+            if not m["spec"].startswith("arms:"):
+                continue
+            rest = text[m.end():]
+            stop = re.search(r"^#", rest, re.M)
+            reading = rest[:stop.start()] if stop else rest
+            held = _figures(m["body"], *(b["body"] for b in BLOCK.finditer(reading)))
+            for f in FIGURE.findall(BLOCK.sub("", reading)):
+                source = QUOTED_ELSEWHERE.get((path.name, m["spec"], f), "")
+                if source.startswith("claims:"):
+                    ok = f in _figures(specs.get(source[len("claims:"):], ""))
+                else:
+                    ok = f in held or bool(source)
+                if not ok:
+                    missing.append((path.name, m["spec"], f))
+    return missing
+
+
 def run(write: bool, files=FILES) -> int:
     stale = 0
     for path in files:
@@ -641,7 +700,10 @@ def run(write: bool, files=FILES) -> int:
         findings_plot(ROOT / "docs" / "img" / "findings.png")
     n = sum(1 for _ in blocks(files))
     print(f"{n} generated blocks, {stale} {'rewritten' if write else 'stale'}")
-    return 0 if write or not stale else 1
+    quoted = prose_figures(files)
+    for name, spec, f in quoted:
+        print(f"{name}: the reading after claims:{spec} quotes {f}, which no generated block gives")
+    return 0 if write or not (stale or quoted) else 1
 
 
 def main(argv=None) -> int:

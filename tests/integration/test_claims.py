@@ -43,3 +43,20 @@ def test_a_sentence_may_say_differ_only_where_holm_says_so(claims):
         row = next(line for line in block.splitlines() if line.startswith(f"| {q} |"))
         reading = row.rstrip(" |").rsplit("| ", 1)[1]
         assert (reading in ("lower", "higher")) == (c["p_holm"] < 0.05), (q, reading, c["p_holm"])
+
+
+def test_a_reading_quotes_only_figures_the_blocks_give(claims, tmp_path, monkeypatch):
+    """The prose after each per-arm table copies its figures from the generated blocks; a figure
+    copied wrong (natural order's lead over reverse on TextWorld, 0.056, written 0.057) is caught."""
+    assert claims.prose_figures() == []
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    said = "Both other orders end above reverse, natural by 0.056"
+    assert said in doc
+    copy = tmp_path / "experiments.md"
+    copy.write_text(doc.replace(said, said[:-1] + "7"))
+    assert claims.prose_figures([copy]) == [("experiments.md", "arms:order_textworld", "0.057")]
+    # a figure quoted from another experiment's table is held to the table it is listed with
+    key = ("experiments.md", "arms:compare_turn", "0.621")
+    assert claims.QUOTED_ELSEWHERE[key] == "claims:arms:compare"
+    monkeypatch.setitem(claims.QUOTED_ELSEWHERE, key, "claims:arms:order_textworld")
+    assert claims.prose_figures() == [key]
