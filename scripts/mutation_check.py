@@ -398,6 +398,8 @@ M = [
   "tests/unit/test_trap_turn_records.py"),
  ("reward_textworld's to-the-bit seed count changed by hand", "docs/experiments.md",
   "are the same on all ", "are the same on all 9", "tests/unit/test_textworld_records.py"),
+ ("to-the-bit seeds: a CPU kind taken by its name alone", "tests/unit/test_textworld_records.py",
+  '[(p["cpu"], p.get("cpu_capability")) for p', '[p["cpu"] for p', "tests/unit/test_textworld_records.py"),
  ("a reading's figures not compared with the generated blocks", "scripts/claims.py",
   "ok = f in held or bool(source)", "ok = True", "tests/integration/test_claims.py -k quotes"),
  ("a figure quoted from another table taken on trust", "scripts/claims.py",
