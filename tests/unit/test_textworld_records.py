@@ -27,3 +27,12 @@ def test_reward_textworld_outcome_repeats_compare_textworld_seeupo():
     doc = (ROOT / "docs" / "experiments.md").read_text()
     said = re.search(r"the same on all (\d+) seeds? the two experiments share on one CPU kind", doc)
     assert said and int(said.group(1)) == len(same_kind)
+
+
+def test_the_prose_gives_seed_4_across_cpu_kinds_from_the_records():
+    """docs/experiments.md quotes reward_textworld's seed 4 (AVX2) against compare_textworld's seed 4
+    (AVX512): both held-out avg@2 figures come from the records."""
+    old, new = _summaries("compare_textworld", "seeupo")[4], _summaries("reward_textworld", "outcome")[4]
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    said = re.findall(r"held-out avg@2 (?:is )?(\d\.\d\d)\s+against\s+(\d\.\d\d)", doc)
+    assert said == [(f"{new['eval_after']['avg@k']:.2f}", f"{old['eval_after']['avg@k']:.2f}")] * 2
