@@ -655,8 +655,9 @@ def prose_figures(files=FILES) -> list[tuple[str, str, str]]:
     missing = []
     for path in files:
         text = path.read_text()
-        specs = {m["spec"]: m["body"] for m in BLOCK.finditer(text)}
-        for m in BLOCK.finditer(text):
+        found = list(BLOCK.finditer(text))
+        specs = {m["spec"]: m["body"] for m in found}
+        for m in found:
             if not m["spec"].startswith("arms:"):
                 continue
             rest = text[m.end():]
