@@ -386,7 +386,7 @@ M = [
   "    model.train(was)\n    return counter.peak", "    return counter.peak", "tests/integration/test_memory.py -k leaves"),
  ("the default model's one-time conversion prints library bars", "seeupo/models/loading.py",
   "    with _quiet_loading(), contextlib.redirect_stderr(io.StringIO()):\n        tok =",
-  "    with _quiet_loading():\n        tok =", "tests/integration/test_train.py -k converting"),
+  "    with _quiet_loading():\n        tok =", "tests/integration/test_train.py -m slow -k converting"),
  ("robustness loss table: the base algorithm's loss not subtracted", "scripts/robustness_table.py",
   "contrast([(x[s] - clean[s]) - (r[s] - ref_clean[s]) for s in seeds])", "contrast([(x[s] - clean[s]) for s in seeds])",
   "tests/unit/test_robustness_table.py -k loss_vs"),

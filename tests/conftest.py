@@ -10,7 +10,13 @@ import torch
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # at most 2 intra-op threads, and the cores shared among the pytest-xdist workers (pyproject's addopts)
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, torch.get_num_threads() // _workers)))
+_share = max(1, min(2, torch.get_num_threads() // _workers))
+torch.set_num_threads(_share)
+# the command-line runs the tests start (`seeupo train`, `seeupo sweep`) get the same share: left at
+# torch's default, each took every core, and two workers' runs oversubscribed 2 cores (a test that
+# needs another count sets it in the run's environment, as test_determinism.py does)
+os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+os.environ.setdefault("MKL_NUM_THREADS", str(_share))
 
 
 @contextlib.contextmanager

@@ -387,6 +387,9 @@ def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tm
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[0].user_attrs["interrupted"]
 
 
+# slow (-m slow; about 2.5 minutes of the default run): a tuning trial and the two compared arms,
+# 15 iterations each; the stop-and-resume path it takes is the one the test above checks
+@pytest.mark.slow
 def test_a_tuning_trial_stopped_from_outside_resumes_its_parameters(tmp_path):
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump({

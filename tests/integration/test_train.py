@@ -219,6 +219,7 @@ def test_building_a_lora_run_raises_no_library_warning(tmp_path):
     assert shown == []
 
 
+@pytest.mark.slow  # the real default model, converted from its GGUF (about 45 s)
 def test_converting_the_default_model_shows_no_library_bars(tmp_path, capfd):
     """A fresh machine's first run converts SmolLM2's GGUF once: transformers' own bars (de-quantising,
     loading, writing shards) stay off it, under the run's progress line (issue 36)."""
