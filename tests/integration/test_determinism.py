@@ -2,9 +2,9 @@
 ``seeupo train --preset tiny --steps 2 warmup.epochs=3`` with one seed, at 2 threads, write the
 same metrics and end with the same parameters, to the bit. Before the fix, shared-prefix
 micro-batches summed the gradients of a position picked by several rows in a thread-dependent
-order, and two such runs already differed in the warm-up's last loss. (The warm-up is shortened from the preset's 6 epochs
-and the run from 3 iterations, to keep the default suite short: the broken backward is caught
-either way; scripts/mutation_check.py breaks it.)"""
+order, and two such runs already differed in the warm-up's last loss. (The warm-up is shortened
+from the preset's 6 epochs and the run from 3 iterations, to keep the default suite short: the
+broken backward is caught either way; scripts/mutation_check.py breaks it.)"""
 
 import json
 import os
