@@ -675,6 +675,38 @@ def prose_figures(files=FILES) -> list[tuple[str, str, str]]:
     return missing
 
 
+COUNT = re.compile(r"`(?P<name>\w+)`,? (?:(?P<n>\d+) of (?P<m>\d+) trials in `results/`"
+                   r"|complete \((?P<cn>\d+) of (?P<cm>\d+))")
+
+
+def trial_counts(files=FILES) -> list[tuple[str, str, str, str]]:
+    r"""Where prose states how far an experiment's records have come (``\`NAME\` 44 of 55 trials in
+    \`results/\``, ``\`NAME\` complete (10 of 10``), the count it gives against the records'.
+
+    Returns ``(file name, experiment, said, records)`` for each statement whose count of recorded
+    trials, or planned total (arms x seeds of the experiment), differs from what results/NAME holds.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "x.md").write_text("`compare` 3 of 40 trials in `results/`, `compare` complete (40 of 40, below)")
+    >>> trial_counts([d / "x.md"])  # compare's records hold all of its trials
+    [('x.md', 'compare', '3 of 40', '40 of 40')]
+    """
+    from seeupo.sweep.experiment import load_experiment
+
+    wrong = []
+    for path in files:
+        for m in COUNT.finditer(path.read_text()):
+            name = m["name"]
+            said = f"{m['n'] or m['cn']} of {m['m'] or m['cm']}"
+            exp = load_experiment(experiment_path(name))
+            planned = len(exp.arms) * len(exp.seeds)
+            recorded = sum(a["n"] for a in results(name)["arms"]) if (RESULTS / name).is_dir() else 0
+            if said != f"{recorded} of {planned}":
+                wrong.append((path.name, name, said, f"{recorded} of {planned}"))
+    return wrong
+
+
 def run(write: bool, files=FILES) -> int:
     stale = 0
     for path in files:
@@ -704,7 +736,10 @@ def run(write: bool, files=FILES) -> int:
     quoted = prose_figures(files)
     for name, spec, f in quoted:
         print(f"{name}: the reading after claims:{spec} quotes {f}, which no generated block gives")
-    return 0 if write or not (stale or quoted) else 1
+    counts = trial_counts(files)
+    for name, exp, said, recorded in counts:
+        print(f"{name}: says `{exp}` has {said} trials; results/{exp} holds {recorded}")
+    return 0 if write or not (stale or quoted or counts) else 1
 
 
 def main(argv=None) -> int:

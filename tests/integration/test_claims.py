@@ -60,3 +60,17 @@ def test_a_reading_quotes_only_figures_the_blocks_give(claims, tmp_path, monkeyp
     assert claims.QUOTED_ELSEWHERE[key] == "claims:arms:compare"
     monkeypatch.setitem(claims.QUOTED_ELSEWHERE, key, "claims:arms:order_textworld")
     assert claims.prose_figures() == [key]
+
+
+def test_a_stated_trial_count_is_what_the_records_hold(claims, tmp_path):
+    """The records-state rows say how many of an experiment's trials are in results/; a count left
+    behind when trials landed (one fewer than the records hold) is caught."""
+    assert claims.trial_counts() == []
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    m = claims.COUNT.search(doc)
+    assert m is not None, "docs/experiments.md no longer states a trial count"
+    group = "n" if m["n"] else "cn"
+    n, total = int(m[group]), m["m"] or m["cm"]
+    copy = tmp_path / "experiments.md"
+    copy.write_text(doc[:m.start(group)] + str(n - 1) + doc[m.end(group):])
+    assert claims.trial_counts([copy]) == [("experiments.md", m["name"], f"{n - 1} of {total}", f"{n} of {total}")]
