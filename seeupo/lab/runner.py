@@ -154,8 +154,10 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
     def token_logp(th):  # [S, tasks, n_traj, H]
         return torch.log_softmax(th, -1)[:, :, keys, tokens]
 
+    keys_p, tokens_p = keys[:, pcols], tokens[:, pcols]  # [n_traj, T * L] the policy's positions only
+
     def policy_rows(th, ep_TL):  # [N * T, L] the policy's tokens of the enumerated/sampled episodes
-        return token_logp(th)[..., pcols].gather(2, ep_TL).reshape(-1, L)
+        return torch.log_softmax(th, -1)[:, :, keys_p, tokens_p].gather(2, ep_TL).reshape(-1, L)
 
     def expected_return(th):
         with torch.no_grad():
@@ -237,12 +239,16 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
                                     (factor.view(S, n_tasks, E) if carry else 1.0) * adv_T[..., t], cfg)
                 steps += 1
                 iteration_clip.append(0.0)
+            if cfg.step == "gradient":  # the phase's rows, fixed through its steps
+                idx = sel.nonzero().squeeze(1)
+                old_p, adv_p, mask_p, w_p = old_rows[idx], adv_rows[idx], mask[idx], w_rows[idx]
+                factor_p = factor[row_ep[idx]] if carry else None
             for _ in range(steps_per_phase if cfg.step == "gradient" else 0):
-                new_rows = policy_rows(theta, ep_TL)[sel]
+                new_rows = policy_rows(theta, ep_TL)[idx]
                 loss, metrics = loss_fn(
-                    new_rows, old_rows[sel], adv_rows[sel], mask[sel], clip_eps=sched.clip_eps,
-                    clip_eps_high=sched.clip_eps_high, factor_N=factor[row_ep[sel]] if carry else None,
-                    weights_N=w_rows[sel], agg=AGG[algo.loss], denom=1.0)
+                    new_rows, old_p, adv_p, mask_p, clip_eps=sched.clip_eps,
+                    clip_eps_high=sched.clip_eps_high, factor_N=factor_p,
+                    weights_N=w_p, agg=AGG[algo.loss], denom=1.0)
                 (grad,) = torch.autograd.grad(loss, theta)
                 with torch.no_grad():
                     theta -= lr * grad
