@@ -231,7 +231,6 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
             adv_T = _exact_step_advantages(problem, p_old, adv_rows.view(S, n_tasks, E, T, L).sum(-1)
                                            if algo.estimator == "gae" else adv_rows.view(S, n_tasks, E, T), cfg)
         for k, phase in enumerate(phases):
-            sel = torch.isin(row_turn, torch.tensor(phase))
             if cfg.step != "gradient":
                 with torch.no_grad():
                     for t in phase:
@@ -239,21 +238,22 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
                                     (factor.view(S, n_tasks, E) if carry else 1.0) * adv_T[..., t], cfg)
                 steps += 1
                 iteration_clip.append(0.0)
-            if cfg.step == "gradient":  # the phase's rows, fixed through its steps
-                idx = sel.nonzero().squeeze(1)
+            else:
+                # the phase's rows, fixed through its steps
+                idx = torch.isin(row_turn, torch.tensor(phase)).nonzero().squeeze(1)
                 old_p, adv_p, mask_p, w_p = old_rows[idx], adv_rows[idx], mask[idx], w_rows[idx]
                 factor_p = factor[row_ep[idx]] if carry else None
-            for _ in range(steps_per_phase if cfg.step == "gradient" else 0):
-                new_rows = policy_rows(theta, ep_TL)[idx]
-                loss, metrics = loss_fn(
-                    new_rows, old_p, adv_p, mask_p, clip_eps=sched.clip_eps,
-                    clip_eps_high=sched.clip_eps_high, factor_N=factor_p,
-                    weights_N=w_p, agg=AGG[algo.loss], denom=1.0)
-                (grad,) = torch.autograd.grad(loss, theta)
-                with torch.no_grad():
-                    theta -= lr * grad
-                steps += 1
-                iteration_clip.append(float(metrics["clipfrac"]))
+                for _ in range(steps_per_phase):
+                    new_rows = policy_rows(theta, ep_TL)[idx]
+                    loss, metrics = loss_fn(
+                        new_rows, old_p, adv_p, mask_p, clip_eps=sched.clip_eps,
+                        clip_eps_high=sched.clip_eps_high, factor_N=factor_p,
+                        weights_N=w_p, agg=AGG[algo.loss], denom=1.0)
+                    (grad,) = torch.autograd.grad(loss, theta)
+                    with torch.no_grad():
+                        theta -= lr * grad
+                    steps += 1
+                    iteration_clip.append(float(metrics["clipfrac"]))
             if carry and k + 1 < len(phases):
                 with torch.no_grad():
                     new_all = policy_rows(theta, ep_TL)
