@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from seeupo.core.estimators import get_estimator
 from seeupo.core.registry import pick
 
 TURNS = "turns"  # minibatches: one optimizer step per turn index present (SeeUPO's phase count)
@@ -64,31 +65,10 @@ class Schedule:
                 "clip_eps_high": self.clip_eps if self.clip_eps_high is None else self.clip_eps_high}
 
 
-# Advantage estimators (``core.advantages``). Episode-level: one scalar per episode; turn-level: one
-# per episode and turn; critic: a learned value head.
-EPISODE_ESTIMATORS = ("grae",)
-TURN_ESTIMATORS = ("gigpo", "turn_grae", "grae_to_go")  # critic-free, per (episode, turn)
-CRITIC_ESTIMATORS = ("gae", "turn_gae")  # per token (PPO) / per turn state (Turn-PPO)
-ESTIMATORS = EPISODE_ESTIMATORS + TURN_ESTIMATORS + CRITIC_ESTIMATORS
-
-
-# Each estimator's published parameters where it is fed to an algorithm that is not its own (SeeUPO
-# with algo.estimator=gigpo): the authors' defaults, not the host algorithm's.
-ESTIMATOR_DEFAULTS: dict[str, dict] = {
-    "gigpo": {"gamma": 0.95, "step_weight": 1.0, "episode_norm": "step"},  # verl-agent's run scripts and code
-    "turn_grae": {"step_weight": 1.0},
-}
-# which estimators read each parameter
-ESTIMATOR_PARAMS: dict[str, tuple[str, ...]] = {
-    "gamma": ("gae", "turn_gae", "gigpo"), "lam": ("gae", "turn_gae"), "step_weight": ("gigpo", "turn_grae"),
-    "episode_norm": ("gigpo",),
-}
-
-
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    estimator: str  # one of ESTIMATORS
+    estimator: str  # a name in core.estimators.ESTIMATORS (its parameters' defaults live there)
     loss: str  # key of core.losses.POLICY_LOSSES
     order: str = "joint"  # core.schedule.turn_order name
     norm: str = "group"  # grae normalisation
@@ -96,11 +76,14 @@ class Algorithm:
     sequential: bool = False  # carry the SeeUPO factor between phases
     schedule: Schedule = field(default_factory=Schedule)
     summary: str = ""
-    # the estimator's published defaults (a run may override them: algo.gamma, algo.lam, algo.step_weight)
-    gamma: float = 1.0  # discount: GAE over tokens or turns, GiGPO's step return
-    lam: float = 1.0  # GAE's lambda
-    step_weight: float = 1.0  # GiGPO's omega, MT-GRPO's lambda (the turn part's weight)
-    episode_norm: str = "step"  # GiGPO's episode baseline: over step rows (the authors' code) or episodes
+
+    def __post_init__(self):
+        get_estimator(self.estimator)  # raises with the valid names
+
+    @property
+    def params(self):
+        """Its estimator's parameters at their published defaults (``core.estimators``)."""
+        return get_estimator(self.estimator).defaults
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -120,9 +103,9 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("reinforce", "grae", "reinforce", norm="none",
                   summary="group-mean advantage, one on-policy gradient step"),
         # Turn-level credit (issue 34; sources, equations and schedules in docs/core.md).
-        # GiGPO as verl-agent runs it: GRPO's token-level clip 0.2, one PPO epoch; gamma 0.95, omega 1,
+        # GiGPO as verl-agent runs it: GRPO's token-level clip 0.2, one PPO epoch; gamma 0.95, omega 1 (core.estimators),
         # no std division ("mean_norm")
-        Algorithm("gigpo", "gigpo", "clip_token", norm="none", gamma=0.95,
+        Algorithm("gigpo", "gigpo", "clip_token", norm="none",
                   summary="episode group advantage plus the step group's (same anchor state) discounted "
                           "return advantage, token-level clipped ratio, joint update"),
         # MT-GRPO: GRPO's objective with the turn reward's group advantage added to the outcome's (lam 1)
@@ -133,9 +116,9 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("grpo-togo", "grae_to_go", "clip_token", norm="group",
                   summary="group mean/std advantage of each turn's reward-to-go, token-level clipped ratio, "
                           "joint update"),
-        # Turn-PPO: a critic over turn states, GAE over turns (gamma 0.99, lambda 0.9, the paper's best),
+        # Turn-PPO: a critic over turn states, GAE over turns (gamma 0.99, lambda 0.9, the paper's best: core.estimators),
         # each turn's sequence ratio clipped; PPO's epochs and minibatches
-        Algorithm("turn-ppo", "turn_gae", "clip_sequence", norm="none", gamma=0.99, lam=0.9,
+        Algorithm("turn-ppo", "turn_gae", "clip_sequence", norm="none",
                   schedule=Schedule(epochs=4, minibatches=4),
                   summary="GAE over turns with a turn-state critic, turn-level (sequence) clipped ratio, "
                           "joint update"),
@@ -155,18 +138,6 @@ ALGORITHMS["seeupo-random"] = replace(ALGORITHMS["seeupo"], name="seeupo-random"
 def get_algorithm(name: str) -> Algorithm:
     """The declaration of the algorithm called ``name``; see ``ALGORITHMS``."""
     return pick(ALGORITHMS, name, "algorithm")
-
-
-def turn_level(estimator: str) -> bool:
-    """Whether an estimator gives one advantage per episode and turn (``TURN_ESTIMATORS`` and Turn-PPO's
-    ``turn_gae``), so the rows are turn rows.
-
-    >>> turn_level("gigpo"), turn_level("grae"), turn_level("turn_gae")
-    (True, False, True)
-    """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; valid names: {', '.join(ESTIMATORS)}")
-    return estimator in TURN_ESTIMATORS or estimator == "turn_gae"
 
 
 def carries_factor(algo: Algorithm, factor_ratio: str = "geometric") -> bool:

@@ -10,6 +10,7 @@ advantages of the turns updated after them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -18,6 +19,41 @@ from seeupo.core.losses import masked_sum, sequence_log_ratio
 ORDERS = ("reverse", "natural", "random", "joint", "window:W", "buckets:B", "<list of ints>")
 ALIGNMENTS = ("from_start", "from_end")
 FACTOR_RATIOS = ("full", "geometric", "off")
+RATIO_REFERENCES = ("sampling", "incremental")
+
+
+@dataclass(frozen=True)
+class SeeUPOOptions:
+    """How an update in turn phases runs (``train.update.sequential_update``), as one object.
+
+    - ``order``, ``alignment``: the phases (``turn_order``; reverse = latest decision stage first);
+    - ``ratio_reference``: each phase's ratio against the sampling policy, or (``incremental``)
+      against the parameters the phase starts from;
+    - ``factor_ratio``: the turn weight the factor multiplies in (``factor_log_ratio``);
+    - ``factor_clip``: a clamp ``(lo, hi)`` of each turn's weight and of the product, or None;
+    - ``carry_factor``: carry SeeUPO's factor between phases (False: a joint algorithm given a
+      turn order, or ``factor_ratio="off"``);
+    - ``fuse``: fuse the factor's forward pass into the next phase's first step where it can (SPEC §6).
+
+    >>> SeeUPOOptions().order, SeeUPOOptions(order="natural").carry_factor
+    ('reverse', True)
+    """
+
+    order: str | tuple | list = "reverse"
+    alignment: str = "from_start"
+    ratio_reference: str = "sampling"
+    factor_ratio: str = "geometric"
+    factor_clip: tuple[float, float] | None = None
+    carry_factor: bool = True
+    fuse: bool = True
+
+    def __post_init__(self):
+        if self.alignment not in ALIGNMENTS:
+            raise ValueError(f"alignment={self.alignment!r}: use one of {', '.join(ALIGNMENTS)}")
+        if self.ratio_reference not in RATIO_REFERENCES:
+            raise ValueError(f"ratio_reference={self.ratio_reference!r}: use one of {', '.join(RATIO_REFERENCES)}")
+        if self.factor_ratio not in FACTOR_RATIOS:
+            raise ValueError(f"factor_ratio={self.factor_ratio!r}: use one of {', '.join(FACTOR_RATIOS)}")
 
 
 def turn_order(

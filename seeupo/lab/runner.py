@@ -48,8 +48,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from seeupo.core.advantages import gae, grae, reward_to_go, split_outcome, turn_advantages, turn_gae
-from seeupo.core.algorithms import TURN_ESTIMATORS, Algorithm, Schedule, carries_factor
+from seeupo.core.advantages import gae, grae, reward_to_go, split_outcome, turn_gae
+from seeupo.core.algorithms import Algorithm, Schedule, carries_factor
+from seeupo.core.estimators import Turns, estimate, names
 from seeupo.core.losses import get_policy_loss
 from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 from seeupo.lab.problems import Problem
@@ -206,7 +207,7 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
             values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen)
             adv_rows = _turn_critic_advantages(shape, values, step_rewards(ep), ep, cfg.gae_lambda,
                                                played_ET(ep)).reshape(N * T)
-        elif algo.estimator in TURN_ESTIMATORS:
+        elif algo.estimator in names("turn"):
             adv_rows = _turn_estimates(algo, shape, step_rewards(ep), ep, w, mode=mode, norm=norm,
                                        played=played_ET(ep)).reshape(N * T)
         else:
@@ -305,14 +306,14 @@ def _turn_estimates(algo: Algorithm, shape, step_rewards: torch.Tensor, ep: torc
     ``[S, tasks, E, T]``, all by default: a group of a turn holds the episodes that reached it, as in
     the trainer). The anchor state of a turn is
     its tree node (the task and every earlier token), so a step group is the turns that start from
-    the same node. Sampled: ``core.turn_advantages`` per seed. Exact: the same definitions with every
+    the same node. Sampled: ``core.estimators.estimate`` per seed. Exact: the same definitions with every
     group mean and std taken over the enumerated trajectories weighted by their probability (the
     limit of infinite groups, as ``grae`` does with ``weights_N``)."""
     S, n_tasks, E, T = step_rewards.shape
     n = n_tasks * E
     task_ids = torch.arange(n_tasks).repeat_interleave(E)
     nodes = _turn_nodes(shape)
-    gamma, omega = algo.gamma, algo.step_weight
+    gamma, omega = algo.params.get("gamma", 1.0), algo.params.get("step_weight", 1.0)
     out = []
     for s in range(S):
         step_NT = step_rewards[s].reshape(n, T)
@@ -320,8 +321,7 @@ def _turn_estimates(algo: Algorithm, shape, step_rewards: torch.Tensor, ep: torc
         mask_NT = torch.ones(n, T, dtype=torch.long) if played is None else played[s].reshape(n, T).long()
         anchors_NT = nodes[ep[s].reshape(n)]
         if mode == "sampled":
-            out.append(turn_advantages(algo.estimator, r_N, task_ids, step_NT, mask_NT, anchor_keys_NT=anchors_NT,
-                                       norm=norm, gamma=gamma, step_weight=omega))
+            out.append(estimate(algo.estimator, Turns(r_N, task_ids, step_NT, mask_NT, anchors_NT), norm=norm))
             continue
         w_N = w[s].reshape(n)
         inner = "none" if norm == "batch" else norm

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from seeupo.core.algorithms import CRITIC_ESTIMATORS, get_algorithm
+from seeupo.core.algorithms import get_algorithm
+from seeupo.core.estimators import names
 from seeupo.lab.problems import TreeShape, broken_trap_problem, iid_problem, separated_problem, trap_problem
 from seeupo.lab.runner import RunConfig, run, schedule
 
@@ -161,7 +162,7 @@ def run_job(job: Job) -> tuple[dict, list[float]]:
                    if algo.sequential else "-"),
         "steps_per_iteration": res.steps_per_iteration,
         "iterations": job.cfg.iterations,
-        "norm": algo.estimator if algo.estimator in CRITIC_ESTIMATORS else job.cfg.norm or algo.norm,
+        "norm": algo.estimator if algo.estimator in names("critic") else job.cfg.norm or algo.norm,
         "clipfrac_mean": res.diagnostics["clipfrac_mean"],
         "clipfrac_first_tenth": res.diagnostics["clipfrac_first_tenth"],
         "step": job.cfg.step,
@@ -327,7 +328,7 @@ def plot(table: dict, path: Path) -> None:
             ax = axes[i][j]
             for algo in ALGOS + TURN_ALGOS:
                 a = get_algorithm(algo)
-                norm = a.estimator if a.estimator in CRITIC_ESTIMATORS else a.norm
+                norm = a.estimator if a.estimator in names("critic") else a.norm
                 key = f"{section}|{problem}|{setting}|{mode}|{policy}|lr={lr:g}|{norm}|{algo}|"
                 if key in table["curves"]:
                     curve = [max(g, 1e-6) for g in table["curves"][key]]

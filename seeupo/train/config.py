@@ -13,10 +13,10 @@ from typing import Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seeupo.core.algorithms import (ALGORITHMS, CRITIC_ESTIMATORS, ESTIMATOR_DEFAULTS, ESTIMATOR_PARAMS, TURN_ESTIMATORS,
-                                    TURNS, Schedule)
+from seeupo.core.algorithms import ALGORITHMS, TURNS, Schedule, carries_factor
+from seeupo.core.estimators import get_estimator, names, params_of, readers, refusal
 from seeupo.core.losses import KL_ESTIMATORS
-from seeupo.core.schedule import is_segmented, kept_turn, turn_order
+from seeupo.core.schedule import SeeUPOOptions, is_segmented, kept_turn, turn_order
 from seeupo.models.turns import adapter_count
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -117,6 +117,9 @@ class ScheduleConfig(Strict):
         return v
 
 
+NAMED_PARAMS = ("gamma", "lam", "step_weight", "episode_norm")  # estimator parameters with their own algo.* field
+
+
 class AlgoConfig(Strict):
     name: str = Field("seeupo", description=f"one of: {', '.join(ALGORITHMS)}")
     schedules: dict[str, ScheduleConfig] = Field(
@@ -148,10 +151,10 @@ class AlgoConfig(Strict):
     turn_alignment: Literal["from_start", "from_end"] = Field(
         "from_start", description="turn indexing for pools: from_start (0 = first turn) or from_end (0 = each "
         "episode's last turn); named orders mean the same stages in both (reverse: latest first)")
-    estimator: Optional[Literal["grae", "gigpo", "turn_grae", "grae_to_go"]] = Field(
-        None, description="the advantage estimator of a critic-free algorithm (None: the algorithm's): grae (one "
-        "per episode), gigpo, turn_grae (MT-GRPO's) or grae_to_go (per episode and turn; docs/core.md). On "
-        "seeupo, phase t trains on the turn-t advantage times the factor")
+    estimator: Optional[str] = Field(
+        None, description="the advantage estimator of a critic-free algorithm (None: the algorithm's): one of "
+        f"{', '.join(names('episode') + names('turn'))} (core.estimators; docs/core.md). On seeupo, phase t trains "
+        "on the turn-t advantage times the factor")
     gamma: Optional[float] = Field(None, ge=0, le=1, description="discount of PPO's and Turn-PPO's GAE and of "
                                    "GiGPO's step return (None: the algorithm's: 1, Turn-PPO 0.99, GiGPO 0.95)")
     lam: Optional[float] = Field(None, ge=0, le=1, description="GAE lambda of PPO and Turn-PPO (None: the "
@@ -162,6 +165,9 @@ class AlgoConfig(Strict):
         None, description="GiGPO's episode baseline (None: step): step, the mean (and std) over the group's "
         "step rows, each holding its episode's reward, as the authors' code computes it (a longer episode "
         "weighs more); episode, over the group's episodes, the paper's Eq. 3 (docs/core.md)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="any other parameter of the estimator in force, by name (its entry in "
+        "core.estimators lists them with their published defaults), e.g. algo.params.history=2 for hgpo")
     vf_coef: float = Field(0.5, ge=0, description="PPO value-loss weight")
 
     @field_validator("factor_ratio", mode="before")
@@ -188,24 +194,18 @@ class AlgoConfig(Strict):
                 raise ValueError(f"algo.order={self.order!r} needs algo.turn_alignment=from_start (a bucket is a run of "
                                  "consecutive turns from each episode's first)")
         est = self.effective_estimator()
-        if self.estimator is not None and ALGORITHMS[self.name].estimator in CRITIC_ESTIMATORS:
-            raise ValueError(f"algo.estimator={self.estimator!r}: {self.name} learns a critic "
-                             f"({ALGORITHMS[self.name].estimator}); the estimator applies to critic-free algorithms")
-        if self.estimator is not None and ALGORITHMS[self.name].leave_one_out:
-            raise ValueError(f"algo.estimator={self.estimator!r}: {self.name}'s leave-one-out baseline has no "
-                             "per-turn form here; use the estimator with grpo, gspo, reinforce or seeupo")
-        for key, estimators in ESTIMATOR_PARAMS.items():
-            if getattr(self, key) is not None and est not in estimators:
+        get_estimator(est)  # raises with the valid names
+        algo = ALGORITHMS[self.name]
+        why = refusal(est, algorithm=self.name, own=algo.estimator, order=self.effective_order(),
+                      update_turns=self.update_turns, leave_one_out=algo.leave_one_out)
+        if why:
+            raise ValueError(why)
+        given = self._given_params()
+        for key in given:
+            if key not in get_estimator(est).defaults:
                 raise ValueError(f"algo.{key} has no effect on {self.name} with the {est} estimator; it applies to "
-                                 f"the estimators {', '.join(estimators)}")
-        if est in TURN_ESTIMATORS and is_segmented(self.effective_order()):
-            raise ValueError(f"algo.estimator={est} gives each turn its own advantage; algo.order={self.order} trains "
-                             "a bucket of turns as one segment row with one advantage")
-        if est == "turn_gae" and self.update_turns != "all":
-            raise ValueError(f"{self.name}'s turn critic needs every turn's value; algo.update_turns must be 'all'")
-        if est in CRITIC_ESTIMATORS and self.effective_order() != "joint":
-            raise ValueError(f"algo.order={self.order!r}: {self.name}'s GAE update is joint over trajectory rows; "
-                             "drop algo.order (turn orders apply to the critic-free algorithms)")
+                                 f"the estimators {', '.join(readers(key)) or 'none'}")
+        params_of(est, given)  # the estimator's own checks of the values
         if self.schedule().minibatches == TURNS and self.effective_order() != "joint":
             raise ValueError(f"algo.schedules.{self.name}.minibatches='turns' matches a joint update's steps to "
                              "SeeUPO's phases; an update in turn phases takes an integer (e.g. 1)")
@@ -228,26 +228,34 @@ class AlgoConfig(Strict):
         """The advantage estimator in force: ``algo.estimator`` or the algorithm's."""
         return self.estimator or ALGORITHMS[self.name].estimator
 
+    def _given_params(self) -> dict:
+        """The estimator parameters this config sets: the named fields and ``params``."""
+        named = {k: getattr(self, k) for k in NAMED_PARAMS if getattr(self, k) is not None}
+        both = sorted(set(named) & set(self.params))
+        if both:
+            raise ValueError(f"algo.{both[0]} and algo.params.{both[0]} are both set; keep one")
+        return {**named, **self.params}
+
     def estimator_param(self, key: str):
-        """``gamma``, ``lam``, ``step_weight`` or ``episode_norm``: this config's value, else the
-        algorithm's default where the estimator in force is the algorithm's own, else the estimator's
-        published default (``core.algorithms.ESTIMATOR_DEFAULTS``: SeeUPO fed GiGPO's advantages
-        discounts with GiGPO's 0.95, not SeeUPO's 1)."""
-        v = getattr(self, key)
-        if v is not None:
-            return v
-        algo = ALGORITHMS[self.name]
-        est = self.effective_estimator()
-        if est != algo.estimator and key in ESTIMATOR_DEFAULTS.get(est, {}):
-            return ESTIMATOR_DEFAULTS[est][key]
-        return getattr(algo, key)
+        """A parameter of the estimator in force: this config's value, else the estimator's published
+        default (``core.estimators``): SeeUPO fed GiGPO's advantages discounts with GiGPO's 0.95."""
+        return self.resolved_params()[key]
+
+    def resolved_params(self) -> dict:
+        """Every parameter of the estimator in force, as this run uses them."""
+        return params_of(self.effective_estimator(), self._given_params())
 
     def estimator_params(self) -> dict:
         """The estimator in force and the values of its parameters this run uses (the summary records
         them)."""
-        est = self.effective_estimator()
-        keys = [k for k, ests in ESTIMATOR_PARAMS.items() if est in ests]
-        return {"name": est, **{k: self.estimator_param(k) for k in keys}}
+        return {"name": self.effective_estimator(), **self.resolved_params()}
+
+    def seeupo_options(self) -> SeeUPOOptions:
+        """How the turn phases run (``train.update.sequential_update``)."""
+        return SeeUPOOptions(order=self.effective_order(), alignment=self.turn_alignment,
+                             ratio_reference=self.ratio_reference, factor_ratio=self.factor_ratio,
+                             factor_clip=self.factor_clip, carry_factor=carries_factor(ALGORITHMS[self.name], self.factor_ratio),
+                             fuse=self.fuse_factor and not self.placeholders)
 
     def effective_order(self):
         return self.order if self.order is not None else ALGORITHMS[self.name].order
@@ -377,7 +385,7 @@ class Config(Strict):
     @model_validator(mode="after")
     def _combinations(self):
         algo = ALGORITHMS[self.algo.name]
-        if self.algo.effective_estimator() not in CRITIC_ESTIMATORS and self.rollout.group_size < 2:
+        if get_estimator(self.algo.effective_estimator()).kind != "critic" and self.rollout.group_size < 2:
             raise ValueError(f"{self.algo.name} compares episodes of one task: set rollout.group_size >= 2")
         if self.algo.placeholders and self.algo.turn_alignment == "from_end":
             raise ValueError("algo.placeholders counts unreached turn indices from the start; it cannot be combined "

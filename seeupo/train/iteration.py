@@ -6,12 +6,10 @@ iteration's record. ``Updater`` holds the optimizer (built on first use) and the
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
-
 import torch
 
-from seeupo.core.advantages import gae, gae_by_episode, grae, shared_anchor_fraction, turn_advantages, turn_gae
-from seeupo.core.algorithms import carries_factor
+from seeupo.core.advantages import gae, gae_by_episode, grae, shared_anchor_fraction, turn_gae
+from seeupo.core.estimators import Turns, estimate, get_estimator
 from seeupo.core.schedule import kept_turn
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
 from seeupo.train.config import Config
@@ -48,9 +46,10 @@ def _shared_anchors(episodes: list[Episode], groups: torch.Tensor) -> float:
     return shared_anchor_fraction(groups, keys, mask)
 
 
-def _turn_tables(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[N, T]`` step rewards, anchor keys and reached mask of the episodes (T: the longest), from
-    each episode's first turn."""
+def turn_tables(episodes: list[Episode]) -> Turns:
+    """The episodes as the estimators read them (``core.estimators.Turns``): returns, groups, and
+    ``[N, T]`` step rewards, reached mask and anchor keys from each episode's first turn (T: the
+    longest)."""
     width = max((e.n_turns for e in episodes), default=0)
     step = torch.zeros(len(episodes), width)
     anchors = torch.zeros(len(episodes), width, dtype=torch.long)
@@ -64,7 +63,8 @@ def _turn_tables(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, t
         if len(a) < n:  # episodes without anchor records (not from the runner): each turn its own state
             a = list(a) + [hash((i, t)) for t in range(len(a), n)]
         anchors[i, :n] = torch.tensor([int(x) % (2**62) for x in a], dtype=torch.long)
-    return step, anchors, mask
+    return Turns(torch.tensor([e.reward for e in episodes], dtype=torch.float32),
+                 torch.tensor([e.group for e in episodes]), step, mask, anchors)
 
 
 def _aligned(adv_NT: torch.Tensor, episodes: list[Episode], alignment: str, width: int) -> torch.Tensor:
@@ -189,119 +189,138 @@ class Updater:
         return record
 
     def _update(self, episodes: list[Episode], it: int) -> dict:
-        cfg, algo, sched = self.cfg, self.algo, self.schedule
-        rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-        groups = torch.tensor([e.group for e in episodes])
-        pad = self.stack.tokenizer.pad_token_id
+        """Advantages by the estimator in force (``core.estimators``; a critic's by its driver in
+        ``CRITIC_DRIVERS``), the update by the driver in ``DRIVERS``, then the iteration's record."""
+        cfg = self.cfg
+        turns = turn_tables(episodes)
         # turn indices present (either alignment): SeeUPO's phase count, which minibatches="turns" matches;
         # with the authors' placeholders SeeUPO runs every index up to rollout.max_turns
         n_turns = cfg.rollout.max_turns if cfg.algo.placeholders else max((e.n_turns for e in episodes), default=0)
-        ctx = UpdateContext(self.stack.learner_model, self.optimizer, self.stack.params, self._loss_spec(), cfg.optim.micro_batch_tokens,
-                            cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
-                            torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.stack.value_head,
-                            self._reference_logp, pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
+        ctx = self._context(n_turns, it)
         self.stack.model.train()
-        per_turn: dict = {}
-        keep = partial(keep_turns, n_turns=[e.n_turns for e in episodes], spec=cfg.algo.update_turns)
-        est = cfg.algo.effective_estimator()
-        gamma, lam = cfg.algo.estimator_param("gamma"), cfg.algo.estimator_param("lam")
-        adv_NT = None  # [N, T] per-turn advantages (turn-level estimators), from each episode's first turn
-        if est == "gae":
-            # bounded turn contexts: one row per turn, GAE over each episode's action tokens across its rows
-            segmented = any(e.segmented for e in episodes)
-            rows = keep(turn_rows(episodes, pad) if segmented else trajectory_rows(episodes, pad))
-            _, old_values = score(self.stack.learner_model, rows, temperature=cfg.rollout.temperature,
-                                  budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.stack.value_head,
-                                  pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
-            if segmented:  # each turn row's reward (on its last action token, by gae_by_episode)
-                r_row = torch.tensor([episodes[e_i].step_rewards[t] if t < len(episodes[e_i].step_rewards) else 0.0
-                                      for e_i, t in zip(rows.episode.tolist(), rows.turn.tolist())])
-                adv_tok, returns = gae_by_episode(r_row, old_values, rows.loss_mask, rows.episode, rows.turn,
-                                                  gamma=gamma, lam=lam)
-            else:
-                r_tok = torch.zeros(rows.input_ids.shape)
-                for i, e in enumerate(episodes):
-                    for t, end in enumerate(e.turn_ends):
-                        if t < len(e.step_rewards):
-                            r_tok[i, end - 1] += e.step_rewards[t]
-                adv_tok, returns = gae(r_tok, old_values, rows.loss_mask, gamma=gamma, lam=lam)
-            adv_E = grae(rewards, groups, norm="none")  # for diagnostics only
-            metrics = joint_update(ctx, rows, adv_tok, returns=returns, old_values=old_values)
-        elif est == "turn_gae":
-            rows, adv_NT, metrics = self._turn_ppo(ctx, episodes, pad, gamma=gamma, lam=lam)
-            adv_E = grae(rewards, groups, norm="none")  # for diagnostics only
+        est = get_estimator(cfg.algo.effective_estimator())
+        if est.kind == "critic":
+            adv, metrics = CRITIC_DRIVERS[est.name](self, ctx, episodes, turns)
         else:
-            norm = cfg.algo.norm or algo.norm
-            adv_E = grae(rewards, groups, norm=norm, leave_one_out=algo.leave_one_out)
-            if est != "grae":
-                step_NT, anchors_NT, mask_NT = _turn_tables(episodes)
-                adv_NT = turn_advantages(est, rewards, groups, step_NT, mask_NT, anchor_keys_NT=anchors_NT, norm=norm,
-                                         gamma=gamma, step_weight=cfg.algo.estimator_param("step_weight"),
-                                         episode_norm=cfg.algo.estimator_param("episode_norm"))
+            adv = estimate(est.name, turns, norm=cfg.algo.norm or self.algo.norm, params=cfg.algo.resolved_params(),
+                           leave_one_out=self.algo.leave_one_out)
             if cfg.algo.advantage_clip:
-                adv_E = adv_E.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
-                if adv_NT is not None:
-                    adv_NT = adv_NT.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
-            order = cfg.algo.effective_order()
-            if algo.sequential or order != "joint":
-                pools = keep(turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment,
-                                       placeholders_to=cfg.rollout.max_turns if cfg.algo.placeholders else None))
-                adv = adv_E if adv_NT is None else _aligned(adv_NT, episodes, cfg.algo.turn_alignment,
-                                                            int(pools.turn.max()) + 1 if len(pools) else 1)
-                metrics, per_turn = sequential_update(ctx, pools, adv, order=order,
-                                                      ratio_reference=cfg.algo.ratio_reference,
-                                                      factor_clip=cfg.algo.factor_clip,
-                                                      fuse=cfg.algo.fuse_factor and not cfg.algo.placeholders,
-                                                      carry_factor=carries_factor(algo, cfg.algo.factor_ratio),
-                                                      factor_ratio=cfg.algo.factor_ratio,
-                                                      alignment=cfg.algo.turn_alignment)
-            elif adv_NT is not None:  # one row per turn, each with its turn's advantage
-                rows = keep(turn_rows(episodes, pad))
-                metrics = joint_update(ctx, rows, adv_NT[rows.episode, rows.turn])
-            else:
-                rows = keep(trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
-                            else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment))
-                metrics = joint_update(ctx, rows, adv_E[rows.episode])
+                adv = adv.clamp(-cfg.algo.advantage_clip, cfg.algo.advantage_clip)
+            driver = "sequential" if self.algo.sequential or cfg.algo.effective_order() != "joint" else "joint"
+            metrics = DRIVERS[driver](self, ctx, episodes, adv)
+        return self._record(it, episodes, turns, adv, metrics)
+
+    def _context(self, n_turns: int, it: int) -> UpdateContext:
+        cfg, sched = self.cfg, self.schedule
+        return UpdateContext(self.stack.learner_model, self.optimizer, self.stack.params, self._loss_spec(),
+                             cfg.optim.micro_batch_tokens, cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
+                             torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.stack.value_head,
+                             self._reference_logp, pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
+
+    def _keep(self, rows, episodes: list[Episode]):
+        return keep_turns(rows, n_turns=[e.n_turns for e in episodes], spec=self.cfg.algo.update_turns)
+
+    def _record(self, it: int, episodes: list[Episode], turns: Turns, adv: torch.Tensor, metrics: dict) -> dict:
+        """The iteration's record: the driver's metrics, per-turn diagnostics (a joint driver's from the
+        advantages by turn), advantage sizes, the share of groups with signal, the shared anchors."""
+        per_turn = metrics.pop("_per_turn", None) or {}
         if not per_turn:  # joint algorithms: rows and advantages by turn
             for e_i, e in enumerate(episodes):
                 for t in range(e.n_turns):
                     d = per_turn.setdefault(t, {"rows": 0, "adv_x_factor_mean": 0.0})
                     d["rows"] += 1
-                    d["adv_x_factor_mean"] += float(adv_E[e_i] if adv_NT is None else adv_NT[e_i, t])
+                    d["adv_x_factor_mean"] += float(adv[e_i] if adv.dim() == 1 else adv[e_i, t])
             for d in per_turn.values():
                 d["adv_x_factor_mean"] /= max(d["rows"], 1)
         for t, d in per_turn.items():
             eps_t = [e for e in episodes if e.n_turns > t]
-            d["success"] = sum(e.score >= cfg.eval.threshold for e in eps_t) / max(len(eps_t), 1)
+            d["success"] = sum(e.score >= self.cfg.eval.threshold for e in eps_t) / max(len(eps_t), 1)
             d["reward"] = sum(e.step_rewards[t] for e in eps_t if len(e.step_rewards) > t) / max(len(eps_t), 1)
-        record = {"iteration": it, **episode_stats(episodes, cfg.eval.threshold), **metrics,
-                  **_advantage_sizes(adv_E if adv_NT is None else adv_NT[_turn_tables(episodes)[2].bool()]),
-                  "groups_with_signal": _groups_with_signal(rewards, groups),
-                  "anchors/shared_fraction": _shared_anchors(episodes, groups),
-                  "turn": {str(t): d for t, d in sorted(per_turn.items())}}
-        return record
+        return {"iteration": it, **episode_stats(episodes, self.cfg.eval.threshold), **metrics,
+                **_advantage_sizes(adv if adv.dim() == 1 else adv[turns.mask_NT.bool()]),
+                "groups_with_signal": _groups_with_signal(turns.rewards_N, turns.groups_N),
+                "anchors/shared_fraction": _shared_anchors(episodes, turns.groups_N),
+                "turn": {str(t): d for t, d in sorted(per_turn.items())}}
 
-    def _turn_ppo(self, ctx: UpdateContext, episodes: list[Episode], pad: int, *, gamma: float, lam: float):
-        """Turn-PPO's update: one row per turn; the critic's value of each turn state is the value head
-        at the row's first action token (the state after the turn's whole prompt); GAE over turns
-        (``core.turn_gae``); the value loss at those positions only. Returns (rows, [N, T] advantages,
-        metrics)."""
-        cfg = self.cfg
-        rows = turn_rows(episodes, pad)
-        _, old_values = score(self.stack.learner_model, rows, temperature=cfg.rollout.temperature,
-                              budget_tokens=cfg.optim.micro_batch_tokens, value_head=self.stack.value_head,
-                              pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
-        has = rows.loss_mask.sum(-1) > 0
-        first = rows.loss_mask.argmax(-1)  # first action token of each row (0 for a row without one)
-        step_NT, _, mask_NT = _turn_tables(episodes)
-        values_NT = torch.zeros_like(step_NT)
-        r_idx = torch.arange(len(rows))
-        values_NT[rows.episode, rows.turn] = old_values[r_idx, first] * has
-        adv_NT, ret_NT = turn_gae(step_NT, values_NT, mask_NT, gamma=gamma, lam=lam)
-        returns = torch.zeros_like(old_values)
-        returns[r_idx, first] = ret_NT[rows.episode, rows.turn]
-        value_mask = torch.zeros_like(rows.loss_mask)
-        value_mask[r_idx, first] = has.to(value_mask.dtype)
-        metrics = joint_update(ctx, rows, adv_NT[rows.episode, rows.turn], returns=returns, old_values=old_values,
-                               value_mask=value_mask)
-        return rows, adv_NT, metrics
+
+# ---- update drivers: one per way of turning rows into optimizer steps ----------------------------
+
+def _joint(up: Updater, ctx: UpdateContext, episodes: list[Episode], adv: torch.Tensor) -> dict:
+    """One phase with every row: per-turn advantages train one row per turn; an episode advantage
+    trains trajectory rows (or turn rows with ``algo.rows=turn``)."""
+    cfg, pad = up.cfg, up.stack.tokenizer.pad_token_id
+    if adv.dim() == 2:
+        rows = up._keep(turn_rows(episodes, pad), episodes)
+        return joint_update(ctx, rows, adv[rows.episode, rows.turn])
+    rows = up._keep(trajectory_rows(episodes, pad) if cfg.algo.rows == "trajectory"
+                    else turn_rows(episodes, pad, alignment=cfg.algo.turn_alignment), episodes)
+    return joint_update(ctx, rows, adv[rows.episode])
+
+
+def _sequential(up: Updater, ctx: UpdateContext, episodes: list[Episode], adv: torch.Tensor) -> dict:
+    """Turn phases (SeeUPO, or a joint algorithm given a turn order) over turn pools."""
+    a = up.cfg.algo
+    pools = up._keep(turn_rows(episodes, up.stack.tokenizer.pad_token_id, alignment=a.turn_alignment,
+                               placeholders_to=up.cfg.rollout.max_turns if a.placeholders else None), episodes)
+    if adv.dim() == 2:
+        adv = _aligned(adv, episodes, a.turn_alignment, int(pools.turn.max()) + 1 if len(pools) else 1)
+    metrics, per_turn = sequential_update(ctx, pools, adv, a.seeupo_options())
+    return {**metrics, "_per_turn": per_turn}
+
+
+def _ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: Turns) -> tuple[torch.Tensor, dict]:
+    """PPO: GAE over each episode's action tokens with the value head; one row per turn with bounded
+    turn contexts, else trajectory rows. Returns (the episodes' group-centred rewards, for the
+    diagnostics; metrics)."""
+    cfg, pad = up.cfg, up.stack.tokenizer.pad_token_id
+    gamma, lam = cfg.algo.estimator_param("gamma"), cfg.algo.estimator_param("lam")
+    segmented = any(e.segmented for e in episodes)
+    rows = up._keep(turn_rows(episodes, pad) if segmented else trajectory_rows(episodes, pad), episodes)
+    _, old_values = score(up.stack.learner_model, rows, temperature=cfg.rollout.temperature,
+                          budget_tokens=cfg.optim.micro_batch_tokens, value_head=up.stack.value_head,
+                          pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
+    if segmented:  # each turn row's reward (on its last action token, by gae_by_episode)
+        r_row = torch.tensor([episodes[e_i].step_rewards[t] if t < len(episodes[e_i].step_rewards) else 0.0
+                              for e_i, t in zip(rows.episode.tolist(), rows.turn.tolist())])
+        adv_tok, returns = gae_by_episode(r_row, old_values, rows.loss_mask, rows.episode, rows.turn,
+                                          gamma=gamma, lam=lam)
+    else:
+        r_tok = torch.zeros(rows.input_ids.shape)
+        for i, e in enumerate(episodes):
+            for t, end in enumerate(e.turn_ends):
+                if t < len(e.step_rewards):
+                    r_tok[i, end - 1] += e.step_rewards[t]
+        adv_tok, returns = gae(r_tok, old_values, rows.loss_mask, gamma=gamma, lam=lam)
+    metrics = joint_update(ctx, rows, adv_tok, returns=returns, old_values=old_values)
+    return grae(turns.rewards_N, turns.groups_N, norm="none"), metrics
+
+
+def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: Turns) -> tuple[torch.Tensor, dict]:
+    """Turn-PPO: one row per turn; the critic's value of each turn state is the value head at the
+    row's first action token (the state after the turn's whole prompt); GAE over turns
+    (``core.turn_gae``); the value loss at those positions only. Returns ([N, T] advantages, metrics)."""
+    cfg = up.cfg
+    rows = turn_rows(episodes, up.stack.tokenizer.pad_token_id)
+    _, old_values = score(up.stack.learner_model, rows, temperature=cfg.rollout.temperature,
+                          budget_tokens=cfg.optim.micro_batch_tokens, value_head=up.stack.value_head,
+                          pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
+    has = rows.loss_mask.sum(-1) > 0
+    first = rows.loss_mask.argmax(-1)  # first action token of each row (0 for a row without one)
+    values_NT = torch.zeros_like(turns.step_rewards_NT)
+    r_idx = torch.arange(len(rows))
+    values_NT[rows.episode, rows.turn] = old_values[r_idx, first] * has
+    adv_NT, ret_NT = turn_gae(turns.step_rewards_NT, values_NT, turns.mask_NT, gamma=cfg.algo.estimator_param("gamma"),
+                              lam=cfg.algo.estimator_param("lam"))
+    returns = torch.zeros_like(old_values)
+    returns[r_idx, first] = ret_NT[rows.episode, rows.turn]
+    value_mask = torch.zeros_like(rows.loss_mask)
+    value_mask[r_idx, first] = has.to(value_mask.dtype)
+    metrics = joint_update(ctx, rows, adv_NT[rows.episode, rows.turn], returns=returns, old_values=old_values,
+                           value_mask=value_mask)
+    return adv_NT, metrics
+
+
+# how a critic-free estimator's advantages become optimizer steps
+DRIVERS = {"joint": _joint, "sequential": _sequential}
+# the estimators that need the value head: each computes its advantages and runs its update
+CRITIC_DRIVERS = {"gae": _ppo, "turn_gae": _turn_ppo}

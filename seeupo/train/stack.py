@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from seeupo.core.algorithms import CRITIC_ESTIMATORS, get_algorithm
+from seeupo.core.algorithms import get_algorithm
+from seeupo.core.estimators import get_estimator
 from seeupo.data.episode import Episode, derive_seed
 from seeupo.envs.base import make_family
 from seeupo.models.loading import DEFAULT_MODEL, ModelNotAvailable, load_model
@@ -101,7 +102,7 @@ class PolicyStack:
         model.seeupo_turn_adapters = self.turn_adapters  # the learner splits rows by slot (learner.adapter)
         self.model = model
         self.value_head = None
-        if self.algo.estimator in CRITIC_ESTIMATORS:
+        if get_estimator(self.algo.estimator).kind == "critic":
             self.value_head = ValueHead(model.config.hidden_size).to(self.device)
         # the module the learner runs: the model itself, or with FSDP2 the sharded Scorer around it
         self.scorer = parallel.shard(Scorer(model, self.value_head)) if parallel.sharded() else None

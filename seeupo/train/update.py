@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from seeupo.core.schedule import factor_log_ratio, is_segmented, turn_order, update_factor
+from seeupo.core.schedule import SeeUPOOptions, factor_log_ratio, is_segmented, turn_order, update_factor
 from seeupo.data.episode import Rows
 from seeupo.models.policy import Continuation
 from seeupo.train.learner import LossSpec, StepInputs, optimizer_step, score, turn_adapters_of
@@ -156,10 +156,8 @@ def segment_rows(pools: Rows, phase: list[int]) -> tuple[torch.Tensor, Rows]:
     return idx, rows
 
 
-def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor, *, order,
-                      ratio_reference: str = "sampling", factor_clip=None, fuse: bool = True,
-                      carry_factor: bool = True, factor_ratio: str = "geometric",
-                      alignment: str = "from_start") -> tuple[dict, dict]:
+def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor,
+                      opts: SeeUPOOptions = SeeUPOOptions()) -> tuple[dict, dict]:
     """SeeUPO's phases over turn pools. Returns (metrics, per-turn diagnostics); ``metrics["phase_order"]``
     lists the phases in the order they ran.
 
@@ -167,10 +165,11 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor, *, ord
     (a turn-level estimator, indexed by the pools' turn labels): phase t trains on ``A_{., t}``
     times the factor.
 
-    ``order`` and ``alignment`` go to ``core.turn_order`` (reverse = latest decision stage first in
-    either alignment). ``carry_factor=False`` runs the phases without SeeUPO's factor (a joint
-    algorithm given a turn order, or ``factor_ratio="off"``). ``factor_ratio`` is the turn weight
-    the factor multiplies in (``core.factor_log_ratio``: ``full`` or ``geometric``).
+    ``opts`` (``core.schedule.SeeUPOOptions``): ``order`` and ``alignment`` go to ``core.turn_order``
+    (reverse = latest decision stage first in either alignment). ``carry_factor=False`` runs the
+    phases without SeeUPO's factor (a joint algorithm given a turn order, or ``factor_ratio="off"``).
+    ``factor_ratio`` is the turn weight the factor multiplies in (``core.factor_log_ratio``: ``full``
+    or ``geometric``).
 
     The loop below is the algorithm; each optimisation is a piece it calls:
 
@@ -187,10 +186,11 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor, *, ord
     - ``ratio_reference="incremental"``: each phase's ratio against the parameters it starts from;
     - the authors' placeholder rows (``Rows.placeholder``): no policy loss, still KL and factor."""
     turns = sorted(set(pools.turn.tolist()))
-    phases = turn_order(turns, order, rng=ctx.generator, alignment=alignment)
-    plan = _Phases(ctx, pools, phases, is_segmented(order), alignment, adv)
-    fused = (fuse and carry_factor and ctx.minibatches == 1 and ratio_reference == "sampling"
-             and alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None
+    phases = turn_order(turns, opts.order, rng=ctx.generator, alignment=opts.alignment)
+    plan = _Phases(ctx, pools, phases, is_segmented(opts.order), opts.alignment, adv)
+    factor_clip, factor_ratio = opts.factor_clip, opts.factor_ratio
+    fused = (opts.fuse and opts.carry_factor and ctx.minibatches == 1 and opts.ratio_reference == "sampling"
+             and opts.alignment == "from_start" and pools.token_turn is not None and pools.placeholder is None
              and turn_adapters_of(ctx.model) is None)  # (a turn adapter scores its own turn: no shared cache)
     factor = torch.ones(adv.shape[0], dtype=torch.float32)  # M, keyed by episode
     per_turn: dict = {}
@@ -201,7 +201,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor, *, ord
         cont = plan.continuation(rows, owed, phase, segment) if fused else None
         if owed is not None and cont is None:
             _settle(ctx, owed, per_turn, factor_clip, factor, factor_ratio)
-        if ratio_reference == "incremental":
+        if opts.ratio_reference == "incremental":
             rows = replace(rows, old_logp=score(ctx.model, rows, temperature=ctx.spec.temperature,
                                                 budget_tokens=ctx.budget_tokens, pack=ctx.pack, share=ctx.share)[0])
         a_rows = plan.advantages(rows)
@@ -214,7 +214,7 @@ def sequential_update(ctx: UpdateContext, pools: Rows, adv: torch.Tensor, *, ord
         all_steps += steps
         _record(per_turn, k, phase, rows, a_rows, m_rows if cont is None else factor[rows.episode], steps, segment,
                 fused=cont is not None)
-        owed = (rows, phase, segment) if k + 1 < len(phases) and carry_factor else None
+        owed = (rows, phase, segment) if k + 1 < len(phases) and opts.carry_factor else None
         if owed is not None and not (fused and (len(phase) == 1 or segment)):
             _settle(ctx, owed, per_turn, factor_clip, factor, factor_ratio)  # no later forward can carry it
             owed = None

@@ -226,7 +226,7 @@ def test_per_turn_advantages_reach_the_update(tmp_path, episodes, monkeypatch):
         seen["pairs"] = {(int(e), int(t)): float(a) for e, t, a in zip(rows.episode, rows.turn, adv)}
         return {"optimizer_steps": 0, "nonfinite_skips": 0, "_skips": []}
 
-    def phases(ctx, pools, adv, **kw):
+    def phases(ctx, pools, adv, opts=None):
         seen["pairs"] = {(int(e), int(t)): float(adv[e, t]) for e, t in zip(pools.episode, pools.turn)}
         return {"optimizer_steps": 0, "nonfinite_skips": 0, "_skips": [], "phases": 0, "phase_order": []}, {}
 

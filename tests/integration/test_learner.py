@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from seeupo.core.losses import POLICY_LOSSES
+from seeupo.core.schedule import SeeUPOOptions
 from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
 from seeupo.envs import make_family
 from seeupo.rollout.runner import RolloutLimits, run_episodes
@@ -179,22 +180,22 @@ def test_factor_is_one_with_zero_learning_rate(tiny, episodes):
     incremental reference). It cannot tell the references apart; test_reference.py does."""
     pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
     adv = torch.linspace(-1, 1, len(episodes))
-    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, order="reverse",
-                                    ratio_reference="incremental")
+    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv,
+                                    SeeUPOOptions(order="reverse", ratio_reference="incremental"))
     assert len(per_turn) >= 2
     for t, d in per_turn.items():
         assert d["factor_min"] == 1.0 and d["factor_max"] == 1.0, (t, d)
         if "ratio_mean" in d:
             assert d["ratio_mean"] == 1.0
     # with the sampler's log-probs as reference the factor is 1 up to the sampler/learner gap
-    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, order="reverse")
+    _, per_turn = sequential_update(ctx_for(tiny.model, 0.0), pools, adv, SeeUPOOptions(order="reverse"))
     assert all(abs(d["factor_min"] - 1) < 1e-5 and abs(d["factor_max"] - 1) < 1e-5 for d in per_turn.values())
 
 
 def test_factor_moves_and_reverse_updates_last_turn_first(tiny, episodes):
     pools = turn_rows(episodes, tiny.tokenizer.pad_token_id)
     adv = torch.linspace(-1, 1, len(episodes))
-    _, per_turn = sequential_update(ctx_for(tiny.model, 1.0), pools, adv, order="reverse")
+    _, per_turn = sequential_update(ctx_for(tiny.model, 1.0), pools, adv, SeeUPOOptions(order="reverse"))
     last = max(per_turn)
     assert per_turn[last]["phase"] == 0 and per_turn[0]["phase"] == len(per_turn) - 1
     assert per_turn[last]["factor_max"] == 1.0  # the first phase has no updated turns behind it
@@ -213,7 +214,7 @@ def test_seeupo_on_one_turn_takes_the_gspo_step(tiny, chat):
     assert all(e.n_turns == 1 for e in eps)
     adv = torch.linspace(-1, 1, len(eps))
     a = ctx_for(tiny.model, 0.5)
-    sequential_update(a, turn_rows(eps, tiny.tokenizer.pad_token_id), adv, order="reverse")
+    sequential_update(a, turn_rows(eps, tiny.tokenizer.pad_token_id), adv, SeeUPOOptions(order="reverse"))
     b = ctx_for(tiny.model, 0.5)
     rows = trajectory_rows(eps, tiny.tokenizer.pad_token_id)
     joint_update(b, rows, adv[rows.episode])
@@ -252,7 +253,7 @@ def test_fused_factor_pass_takes_the_same_steps_with_fewer_forwards(tiny, episod
             ref_model = copy.deepcopy(tiny.model)
             ctx.reference_logp = lambda rows: real_score(ref_model, rows, temperature=1.0, budget_tokens=4096)[0]
         calls["score"] = 0
-        _, per_turn = sequential_update(ctx, pools, adv, order="reverse", factor_clip=(0.5, 2.0), fuse=fuse)
+        _, per_turn = sequential_update(ctx, pools, adv, SeeUPOOptions(order="reverse", factor_clip=(0.5, 2.0), fuse=fuse))
         out[fuse] = (ctx.params, per_turn, calls["score"])
     (pa, ta, na), (pb, tb, nb) = out[False], out[True]
     for p, q in zip(pa, pb):
@@ -296,8 +297,8 @@ def test_placeholder_rows_behave_as_in_the_authors_code(tiny, episodes, monkeypa
     ctx.spec = LossSpec("clip_sequence", kl_coef=0.1)
     ref_model = copy.deepcopy(tiny.model)
     ctx.reference_logp = lambda rows: score(ref_model, rows, temperature=1.0, budget_tokens=4096)[0]
-    metrics, per_turn = sequential_update(ctx, pools, adv, order="reverse", ratio_reference="incremental",
-                                          factor_ratio="geometric", factor_clip=(0.8, 1.2))
+    metrics, per_turn = sequential_update(ctx, pools, adv, SeeUPOOptions(order="reverse", ratio_reference="incremental",
+                                          factor_ratio="geometric", factor_clip=(0.8, 1.2)))
     assert metrics["phases"] == T and all(per_turn[t]["rows"] == len(episodes) for t in range(T))
     assert len(seen) == T
     for inp in seen:

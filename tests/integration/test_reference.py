@@ -16,6 +16,7 @@ from seeupo.data.episode import derive_seed, turn_rows
 from seeupo.envs import make_family
 from seeupo.rollout.runner import RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler
+from seeupo.core.schedule import SeeUPOOptions
 from seeupo.train.learner import LossSpec
 from seeupo.train.update import UpdateContext, sequential_update
 
@@ -131,7 +132,7 @@ def library_iteration(model, episodes, adv, pad, *, budget=4096, share=True, **k
     params = [p for p in m.parameters() if p.requires_grad]
     ctx = UpdateContext(m, torch.optim.SGD(params, lr=LR), params, LossSpec("clip_sequence", clip_eps=EPS), budget,
                         None, EPOCHS, 1, torch.Generator().manual_seed(0), share=share)
-    metrics, per_turn = sequential_update(ctx, turn_rows(episodes, pad), adv, **kw)
+    metrics, per_turn = sequential_update(ctx, turn_rows(episodes, pad), adv, SeeUPOOptions(**kw))
     return m, metrics, per_turn
 
 

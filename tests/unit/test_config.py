@@ -46,7 +46,7 @@ def test_overrides_are_typed():
     ("rollout.history=last:1 algo.name=grpo", "set algo.rows=turn"),
     ("rollout.history=last:1 algo.order=buckets:2", "cannot be combined"),
     ("warmup.oracle_prob=0.5", "needs warmup.source=oracle"),
-    ("algo.estimator=gae", "Input should be 'grae', 'gigpo', 'turn_grae' or 'grae_to_go'"),
+    ("algo.estimator=gae", "algo.estimator='gae' learns a critic; it comes with its algorithm"), ("algo.estimator=nope", "unknown advantage estimator 'nope'"), ("algo.name=gigpo algo.params.gamma=0.5 algo.gamma=0.5", "both set"), ("algo.name=gigpo algo.params.history=2", "algo.history has no effect on gigpo"),
     ("algo.name=ppo algo.estimator=gigpo", "learns a critic"),
     ("algo.estimator=gigpo algo.order=buckets:2", "one segment row with one advantage"),
     ("algo.name=turn-ppo algo.update_turns=last:1", "algo.update_turns must be 'all'"),

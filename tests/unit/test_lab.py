@@ -208,7 +208,7 @@ def test_exact_gigpo_is_the_episode_advantage_plus_the_discounted_value_gap():
     w = torch.log_softmax(theta, -1)[:, :, keys, p.shape.tokens].sum(-1).exp()
     got = runner._turn_estimates(algo, p.shape, _per_turn(p, ep), ep, w, mode="exact", norm="none")[0, 1]
     T = p.shape.turns
-    want = torch.stack([(R - (prob * R).sum()) + algo.gamma ** (T - 1 - t) * (R - V[:, t]) for t in range(T)], -1)
+    want = torch.stack([(R - (prob * R).sum()) + algo.params["gamma"] ** (T - 1 - t) * (R - V[:, t]) for t in range(T)], -1)
     assert torch.allclose(got, want, atol=1e-12)
 
 

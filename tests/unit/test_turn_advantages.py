@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seeupo.core.advantages import (gigpo, grae_to_go, reward_to_go, split_outcome, turn_advantages, turn_gae,
-                                    turn_grae)
+from seeupo.core.advantages import gigpo, grae_to_go, reward_to_go, split_outcome, turn_gae, turn_grae
+from seeupo.core.estimators import Turns, estimate
 
 
 def _episodes(draw_n, draw_t, seed):
@@ -153,7 +153,7 @@ def test_shared_anchor_fraction_matches_a_loop(case):
 @settings(max_examples=40, deadline=None)
 def test_split_outcome_and_batch_norm_match_a_loop(case):
     """MT-GRPO's outcome is the reward of the last reached turn and the turn rewards the earlier ones';
-    turn_advantages' batch normalisation standardises the unnormalised estimator over reached turns."""
+    estimate's batch normalisation standardises the unnormalised estimator over reached turns."""
     groups, mask, rewards, anchors = _episodes(*case)
     outcome, turn = split_outcome(rewards, mask)
     m, r = mask.tolist(), rewards.tolist()
@@ -161,9 +161,10 @@ def test_split_outcome_and_batch_norm_match_a_loop(case):
         last = max(k for k in range(len(m[i])) if m[i][k])
         assert float(outcome[i]) == r[i][last]
         assert turn[i].tolist() == [r[i][k] if m[i][k] and k != last else 0.0 for k in range(len(m[i]))]
-    for est in ("gigpo", "turn_grae", "grae_to_go", "grae"):
-        raw = turn_advantages(est, rewards.sum(-1), groups, rewards, mask, anchor_keys_NT=anchors, norm="none")
-        got = turn_advantages(est, rewards.sum(-1), groups, rewards, mask, anchor_keys_NT=anchors, norm="batch")
+    turns = Turns(rewards.sum(-1), groups, rewards, mask, anchors)
+    for est in ("gigpo", "turn_grae", "grae_to_go"):
+        raw = estimate(est, turns, norm="none")
+        got = estimate(est, turns, norm="batch")
         xs = [float(raw[i, k]) for i in range(len(m)) for k in range(len(m[i])) if m[i][k]]
         mu = sum(xs) / len(xs)
         sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
@@ -173,18 +174,23 @@ def test_split_outcome_and_batch_norm_match_a_loop(case):
                 assert float(got[i, k]) == pytest.approx(want, abs=1e-9)
 
 
-def test_turn_advantages_dispatch_to_the_estimators():
+def test_the_registry_dispatches_to_the_estimators():
     groups, mask, rewards, anchors = _episodes(6, 3, 7)
     R = rewards.sum(-1)
-    assert torch.equal(turn_advantages("gigpo", R, groups, rewards, mask, anchor_keys_NT=anchors, norm="none",
-                                       gamma=0.9, step_weight=0.5),
+    turns = Turns(R, groups, rewards, mask, anchors)
+    assert torch.equal(estimate("gigpo", turns, norm="none", params={"gamma": 0.9, "step_weight": 0.5}),
                        gigpo(R, groups, rewards, anchors, mask, omega=0.5, gamma=0.9))
-    assert torch.equal(turn_advantages("grae_to_go", R, groups, rewards, mask, norm="group"),
-                       grae_to_go(rewards, groups, mask, norm="group"))
+    assert torch.equal(estimate("grae_to_go", turns, norm="group"), grae_to_go(rewards, groups, mask, norm="group"))
     with pytest.raises(ValueError, match="anchor"):
-        turn_advantages("gigpo", R, groups, rewards, mask)
+        estimate("gigpo", Turns(R, groups, rewards, mask), norm="none")
+    with pytest.raises(ValueError, match="value head"):
+        estimate("gae", turns, norm="none")
     with pytest.raises(ValueError, match="valid names"):
-        turn_advantages("gae", R, groups, rewards, mask)
+        estimate("nope", turns, norm="none")
+    with pytest.raises(ValueError, match="no parameter lam"):
+        estimate("gigpo", turns, norm="none", params={"lam": 0.5})
+    with pytest.raises(ValueError, match="episode_norm"):
+        estimate("gigpo", turns, norm="none", params={"episode_norm": "rows"})
 
 
 def test_gigpo_episode_baseline_the_two_ways():
