@@ -456,3 +456,105 @@ def split_outcome(step_rewards_NT: torch.Tensor, mask_NT: torch.Tensor) -> tuple
     turn = torch.where(m, r, torch.zeros_like(r))
     turn = turn.scatter(1, last[:, None], 0.0)
     return outcome, turn
+
+
+def _history_keys(group_ids_N: torch.Tensor, anchor_keys_NT: torch.Tensor, k: int) -> torch.Tensor:
+    """``[N, T, k + 1]`` the key of each turn at history level ``k``: its episode group, then the anchor
+    keys of its last ``k`` observations (the current one first); positions before the first turn are
+    0 (such turns have no level ``k``)."""
+    n, t = anchor_keys_NT.shape
+    cols = [group_ids_N.long()[:, None].expand(n, t)]
+    for j in range(k):
+        shifted = torch.zeros_like(anchor_keys_NT, dtype=torch.long)
+        shifted[:, j:] = anchor_keys_NT[:, : t - j].long()
+        cols.append(shifted)
+    return torch.stack(cols, dim=-1)
+
+
+def hgpo(
+    group_ids_N: torch.Tensor,
+    step_rewards_NT: torch.Tensor,
+    anchor_keys_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    history: int = 2,
+    alpha: float = 1.0,
+    gamma: float = 0.95,
+    norm: str = "group",
+    base_group: bool = False,
+    episode_rewards_N: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """HGPO (Hierarchy-of-Groups Policy Optimization, arXiv 2602.22817), as the authors' code computes
+    it (verl-agent ``recipe/hgpo/core_hgpo.py``, ``hgpo_advantage_estimate``).
+
+    - ``G_{i,t}``: the discounted return from turn t (``reward_to_go`` over the step rewards).
+    - Levels ``k = 1 .. history + 1``: the level-k group of ``(i, t)`` is every reached ``(j, s)`` of
+      the same episode group whose last k observations (anchor keys ``anchors[., s-k+1 .. s]``, the
+      current one included) equal those of ``(i, t)``, at any turn index. A turn with fewer than k
+      observations so far has no level k (turn 0 has level 1 only).
+    - Each level-k group of two or more members gives ``a_k = G - mean`` (``norm="group"``: divided by
+      the group's population std + eps, the authors' ``mean_std_norm``; ``"none"``: their
+      ``mean_norm``); a group of one gives nothing.
+    - ``base_group`` (off in their scripts): also GiGPO's episode term over step rows
+      (``_step_row_baseline`` of ``episode_rewards_N``) as a level-0 item.
+    - ``A_{i,t} = sum_k w_k a_k / (sum_k w_k + eps)`` with ``w_k = (k + 1)^alpha`` over the items that
+      exist and are not exactly 0 (the authors drop zero advantages before weighting); 0 if none.
+
+    Defaults are the authors' scripts' (history 2, alpha 1, gamma 0.95; ALFWorld's mean_std_norm).
+
+    Example (the authors' code gives the same; docs/core.md): one group, states 0, 1, 2; episode A
+    visits 0, 1, 2 and earns 10 at the end, B visits 0, 2, 1 and C visits 0, 1, 2, both earning
+    nothing; history 1 (levels 1 and 2), gamma 1. Level 1: every state's group has returns
+    {10, 0, 0}: +1.414 for A's turns, -0.707 for the others. Level 2: (0, 1) holds A1 and C1, (1, 2)
+    holds A2 and C2, each +1 / -1; B's pairs are singletons. A1 = (2 * 1.414 + 3 * 1) / 5 = 1.166:
+        >>> hgpo(torch.tensor([0, 0, 0]), torch.tensor([[0., 0., 10.], [0., 0., 0.], [0., 0., 0.]]),
+        ...      torch.tensor([[0, 1, 2], [0, 2, 1], [0, 1, 2]]), torch.ones(3, 3), history=1, gamma=1.0)
+        tensor([[ 1.4142,  1.1657,  1.1657],
+                [-0.7071, -0.7071, -0.7071],
+                [-0.7071, -0.8828, -0.8828]])
+    """
+    _check_NT("step_rewards_NT", step_rewards_NT, mask_NT, group_ids_N.shape[0])
+    _check_NT("anchor_keys_NT", anchor_keys_NT, mask_NT, group_ids_N.shape[0])
+    if norm not in ("none", "group"):
+        raise ValueError(f"hgpo norm must be 'none' or 'group', got {norm!r}")
+    if int(history) != history or history < 0:
+        raise ValueError(f"hgpo history must be an integer >= 0, got {history!r}")
+    r = step_rewards_NT if step_rewards_NT.is_floating_point() else step_rewards_NT.float()
+    g = reward_to_go(r, mask_NT, gamma=gamma)
+    reached = mask_NT.bool()
+    n, t = mask_NT.shape
+    num = torch.zeros_like(g)
+    den = torch.zeros_like(g)
+
+    def add(a_NT: torch.Tensor, ok_NT: torch.Tensor, w: float) -> None:
+        use = ok_NT & (a_NT != 0)
+        num.add_(torch.where(use, w * a_NT, torch.zeros_like(a_NT)))
+        den.add_(use.to(g.dtype) * w)
+
+    if base_group:
+        if episode_rewards_N is None:
+            raise ValueError("hgpo base_group needs episode_rewards_N")
+        base = _step_row_baseline(episode_rewards_N.to(g.dtype), group_ids_N, mask_NT, norm=norm, eps=eps)
+        add(base[:, None].expand(n, t), reached, 1.0)
+    turn_idx = torch.arange(t)[None, :].expand(n, t)
+    for k in range(1, int(history) + 2):
+        valid = reached & (turn_idx >= k - 1)
+        if not bool(valid.any()):
+            break
+        keys = _history_keys(group_ids_N, anchor_keys_NT, k)[valid]
+        _, ids, counts = torch.unique(keys, dim=0, return_inverse=True, return_counts=True)
+        vals = g[valid]
+        size = counts.to(g.dtype)
+        mean = torch.zeros(len(counts), dtype=g.dtype).index_add_(0, ids, vals) / size
+        dev = vals - mean[ids]
+        a = dev
+        if norm == "group":
+            var = torch.zeros(len(counts), dtype=g.dtype).index_add_(0, ids, dev**2) / size  # population
+            a = dev / (var.sqrt()[ids] + eps)
+        a_NT = torch.zeros_like(g)
+        ok_NT = torch.zeros_like(reached)
+        a_NT[valid] = a
+        ok_NT[valid] = counts[ids] >= 2
+        add(a_NT, ok_NT, float((k + 1) ** alpha))
+    return torch.where(den > 0, num / (den + eps), torch.zeros_like(num))

@@ -108,6 +108,11 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("gigpo", "gigpo", "clip_token", norm="none",
                   summary="episode group advantage plus the step group's (same anchor state) discounted "
                           "return advantage, token-level clipped ratio, joint update"),
+        # HGPO as verl-agent's recipe/hgpo runs it: GRPO's token-level clip, one PPO epoch; history 2,
+        # alpha 1, gamma 0.95 (core.estimators), its trainer config's mean_std_norm (population std)
+        Algorithm("hgpo", "hgpo", "clip_token", norm="group",
+                  summary="discounted step return compared within groups of turns sharing their last 1..K+1 "
+                          "observations, levels weighted (k+1)^alpha; token-level clipped ratio, joint update"),
         # MT-GRPO: GRPO's objective with the turn reward's group advantage added to the outcome's (lam 1)
         Algorithm("mt-grpo", "turn_grae", "clip_token", norm="group",
                   summary="outcome group advantage plus the turn reward's group advantage per turn, "

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, split_outcome, turn_grae
+from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, hgpo, split_outcome, turn_grae
 from seeupo.core.registry import pick
 from seeupo.core.schedule import is_segmented
 
@@ -241,6 +241,20 @@ def _grae_to_go(t: Turns, *, norm, eps):
     return grae_to_go(t.step_rewards_NT, t.groups_N, t.mask_NT, norm=norm, eps=eps)
 
 
+def _check_hgpo(p: Mapping[str, Any]) -> None:
+    _check_gamma_lam(p)
+    if isinstance(p["history"], bool) or not isinstance(p["history"], int) or p["history"] < 0:
+        raise ValueError(f"history={p['history']!r}: must be an integer >= 0 (the observations before the current one)")
+    _check_range(p, "alpha", 0.0)
+    if not isinstance(p["base_group"], bool):
+        raise ValueError(f"base_group={p['base_group']!r}: must be true or false")
+
+
+def _hgpo(t: Turns, *, norm, eps, gamma, history, alpha, base_group):
+    return hgpo(t.groups_N, t.step_rewards_NT, t.anchors("hgpo"), t.mask_NT, history=history, alpha=alpha, gamma=gamma,
+                norm=norm, base_group=base_group, episode_rewards_N=t.rewards_N, eps=eps)
+
+
 for _e in [
     Estimator("grae", "episode", _grae, source="GRPO (DeepSeekMath); RLOO with leave_one_out; SeeUPO's batch norm"),
     Estimator("gigpo", "turn", _gigpo, {"gamma": 0.95, "step_weight": 1.0, "episode_norm": "step"},
@@ -249,6 +263,9 @@ for _e in [
     Estimator("turn_grae", "turn", _turn_grae, {"step_weight": 1.0}, check=lambda p: _check_range(p, "step_weight", 0.0),
               source="MT-GRPO (arXiv 2505.11821), lambda 1"),
     Estimator("grae_to_go", "turn", _grae_to_go, source="GRPO with each turn's group-relative reward-to-go"),
+    Estimator("hgpo", "turn", _hgpo, {"gamma": 0.95, "history": 2, "alpha": 1.0, "base_group": False},
+              check=_check_hgpo, norms=("none", "group"),
+              source="HGPO (arXiv 2602.22817); defaults from verl-agent's recipe/hgpo run scripts and core_hgpo.py"),
     Estimator("gae", "critic", None, {"gamma": 1.0, "lam": 1.0}, check=_check_gamma_lam, norms=("none",),
               source="PPO with a critic, GAE over tokens"),
     Estimator("turn_gae", "critic", None, {"gamma": 0.99, "lam": 0.9}, check=_check_gamma_lam, norms=("none",),

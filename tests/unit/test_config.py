@@ -178,6 +178,6 @@ def test_an_estimator_fed_to_another_algorithm_keeps_its_own_defaults():
     assert load_config("tiny", []).algo.estimator_params() == {"name": "grae"}
     with pytest.raises(ConfigError, match="episode_norm has no effect"):
         load_config("tiny", ["algo.episode_norm=episode"])
-    for name in ("gigpo", "mt-grpo", "grpo-togo", "turn-ppo"):  # the presets match their steps to SeeUPO's
+    for name in ("gigpo", "hgpo", "mt-grpo", "grpo-togo", "turn-ppo"):  # the presets match their steps to SeeUPO's
         for preset in ("tiny", "default"):
             assert load_config(preset, [f"algo.name={name}"]).algo.schedule().minibatches == "turns", (name, preset)

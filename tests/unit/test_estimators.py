@@ -87,3 +87,15 @@ def test_the_trainer_only_dispatches():
         text = (ROOT / "seeupo" / "train" / f).read_text()
         for name in E.names("episode") + E.names("turn"):
             assert not re.search(rf"[\"']{name}[\"']", text), (f, name)
+
+
+def test_the_files_adding_hgpo_touched_are_core_and_registry_only():
+    """docs/core.md lists the files of the commit that added HGPO: none is under seeupo/train/, and
+    each exists."""
+    text = (ROOT / "docs" / "core.md").read_text()
+    block = text[text.index("Adding it touched"):text.index("checks that the")]
+    files = re.findall(r"`([\w./-]+\.(?:py|yaml|md))`", block)
+    assert "seeupo/core/estimators.py" in files and len(files) >= 8
+    for f in files:
+        assert (ROOT / f).exists(), f
+        assert not f.startswith("seeupo/train/"), f
