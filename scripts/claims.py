@@ -652,7 +652,10 @@ def verdict_lines(res: dict) -> list[str]:
             out.append(f"- `{c['arm']}` - `{c['against']}`: no pair recorded yet.")
             continue
         a, b, n, lo, hi = c["arm"], c["against"], c["pairs"], *c["ci"]
-        where = f"over {n} seeds; p_holm {c['p_holm']:.3f}, TOST p_holm {c['tost_p_holm']:.3f}"
+        where = f"over {n} seed{'s' if n != 1 else ''}; p_holm {c['p_holm']:.3f}, TOST p_holm {c['tost_p_holm']:.3f}"
+        if lo != lo or hi != hi:  # NaN: one seed gives no interval
+            out.append(f"- `{a}` - `{b}`: inconclusive, {c['diff']:+.3f} from one seed, no interval yet ({where}).")
+            continue
         if c["verdict"] in ("higher", "lower"):
             extra = f", by less than the margin {c['margin']:g}" if c.get("within_margin") else ""
             out.append(f"- `{a}` is {c['verdict']} than `{b}`{extra}: {c['diff']:+.3f}, interval [{lo:+.3f}, {hi:+.3f}] "

@@ -394,13 +394,16 @@ def turn_grae(
     *,
     lam: float = 1.0,
     norm: str = "group",
+    turn_mask_NT: torch.Tensor | None = None,
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """MT-GRPO's turn-level advantage (Zeng et al., 2025, "Reinforcing Multi-Turn Reasoning in LLM
     Agents via Turn-Level Credit Assignment"): ``A_{i,t} = A^O_i + lam * A^T_{i,t}`` where reached, 0
     elsewhere; ``A^O = grae(outcome, group, norm)`` and ``A^T_{i,t}`` the turn reward's group-relative
-    advantage among the group's episodes that reached turn t (``grae`` with ``norm`` over each
-    (group, turn) set). lam 1 is the authors' default.
+    advantage among the group's episodes that have a turn reward at t (``turn_mask_NT``, default
+    ``mask_NT``; ``grae`` with ``norm`` over each (group, turn) set), 0 where they have none. lam 1 is
+    the authors' default. The ``turn_grae`` estimator (``core.estimators``) passes each episode's return
+    as the outcome and gives the turns before each episode's last a turn reward, their own.
 
     Example (``norm="none"``; one group of two; turn rewards only on turn 0):
         >>> turn_grae(torch.tensor([1., 0.]), torch.tensor([0, 0]), torch.tensor([[1., 0.], [0., 0.]]),
@@ -412,7 +415,8 @@ def turn_grae(
     _check_NT("turn_rewards_NT", turn_rewards_NT, mask_NT, n)
     r = outcome_rewards_N if outcome_rewards_N.is_floating_point() else outcome_rewards_N.float()
     a_o = grae(r, group_ids_N, norm=norm, eps=eps)
-    a_t = _reached_grae(turn_rewards_NT.to(r.dtype), _turn_keys(group_ids_N, mask_NT), mask_NT, norm=norm, eps=eps)
+    tm = mask_NT if turn_mask_NT is None else turn_mask_NT * mask_NT
+    a_t = _reached_grae(turn_rewards_NT.to(r.dtype), _turn_keys(group_ids_N, mask_NT), tm, norm=norm, eps=eps)
     return torch.where(mask_NT.bool(), a_o[:, None] + lam * a_t, torch.zeros_like(a_t))
 
 
@@ -423,11 +427,13 @@ def turn_gae(
     *,
     gamma: float = 1.0,
     lam: float = 1.0,
+    bootstrap_N: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over turns (Turn-PPO, arXiv 2512.17008): one decision per turn, one value per turn state (the
-    value head at the turn's last prompt token). ``delta_t = r_t + gamma * V_{t+1} - V_t`` (``V = 0``
-    after the last reached turn), ``A_t = delta_t + gamma * lam * A_{t+1}``; returns ``A + V``. It is
-    ``gae`` with each turn a position and ``mask_NT`` the decisions.
+    value head at the turn's last prompt token). ``delta_t = r_t + gamma * V_{t+1} - V_t``, ``A_t =
+    delta_t + gamma * lam * A_{t+1}``; returns ``A + V``. After the last reached turn ``V`` is 0 (the
+    episode ended) or ``bootstrap_N`` (an episode cut before its end: the value it would have gone on
+    from). It is ``gae`` with each turn a position and ``mask_NT`` the decisions.
 
     Example (two turns, outcome 1 on the last, gamma=lam=1):
         >>> adv, ret = turn_gae(torch.tensor([[0., 1.]]), torch.tensor([[0.5, 0.8]]), torch.ones(1, 2))
@@ -436,26 +442,12 @@ def turn_gae(
     """
     _check_NT("rewards_NT", rewards_NT, mask_NT)
     _check_NT("values_NT", values_NT, mask_NT)
+    if bootstrap_N is not None:  # gamma * V_boot joins the last reached turn's delta, as a reward there would
+        m = mask_NT.long()
+        last = (m.cumsum(-1) * m).argmax(-1, keepdim=True)
+        tail = (gamma * bootstrap_N.to(rewards_NT.dtype))[:, None] * m.gather(1, last).to(rewards_NT.dtype)
+        rewards_NT = rewards_NT.scatter_add(1, last, tail)
     return gae(rewards_NT, values_NT, mask_NT, gamma=gamma, lam=lam)
-
-
-def split_outcome(step_rewards_NT: torch.Tensor, mask_NT: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """MT-GRPO's two signals from per-turn rewards: the outcome (the reward of each episode's last
-    reached turn) and the turn rewards (every earlier turn's, 0 on the last and where not reached).
-
-    Example:
-        >>> split_outcome(torch.tensor([[0.2, 1.0], [0.5, 0.0]]), torch.tensor([[1, 1], [1, 0]]))
-        (tensor([1.0000, 0.5000]), tensor([[0.2000, 0.0000],
-                [0.0000, 0.0000]]))
-    """
-    _check_NT("step_rewards_NT", step_rewards_NT, mask_NT)
-    m = mask_NT.bool()
-    last = (m.long().cumsum(-1) * m).argmax(-1)  # index of the last reached turn (0 if none)
-    r = step_rewards_NT.float() if not step_rewards_NT.is_floating_point() else step_rewards_NT
-    outcome = torch.where(m.any(-1), r.gather(1, last[:, None]).squeeze(1), torch.zeros_like(r[:, 0]))
-    turn = torch.where(m, r, torch.zeros_like(r))
-    turn = turn.scatter(1, last[:, None], 0.0)
-    return outcome, turn
 
 
 def _history_keys(group_ids_N: torch.Tensor, anchor_keys_NT: torch.Tensor, k: int) -> torch.Tensor:

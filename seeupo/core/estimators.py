@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, hgpo, split_outcome, turn_grae
+from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, hgpo, turn_grae
 from seeupo.core.registry import pick
 from seeupo.core.schedule import is_segmented
 
@@ -232,9 +232,26 @@ def _gigpo(t: Turns, *, norm, eps, gamma, step_weight, episode_norm):
                  gamma=gamma, norm=norm, episode_norm=episode_norm, eps=eps)
 
 
+def mt_grpo_turns(mask_NT: torch.Tensor) -> torch.Tensor:
+    """``[N, T]`` the turns that carry an MT-GRPO turn reward: every reached turn but each episode's
+    last (the authors' final turn takes the outcome's advantage alone).
+
+    >>> mt_grpo_turns(torch.tensor([[1, 1, 1], [1, 0, 0]]))
+    tensor([[1, 1, 0],
+            [0, 0, 0]])
+    """
+    m = mask_NT.long()
+    last = (m.cumsum(-1) * m).argmax(-1, keepdim=True)  # index of each episode's last reached turn
+    return m.scatter(1, last, 0)
+
+
 def _turn_grae(t: Turns, *, norm, eps, step_weight):
-    outcome, turn = split_outcome(t.step_rewards_NT, t.mask_NT)
-    return turn_grae(outcome, t.groups_N, turn, t.mask_NT, lam=step_weight, norm=norm, eps=eps)
+    """MT-GRPO from one run's per-turn rewards: the outcome is the episode's return (with score deltas
+    or TextWorld's progress reward the last turn's reward is only its last step); each earlier turn's
+    own reward is its turn reward, compared among the group's episodes that had turn t before their
+    last; an episode's last turn takes the outcome's advantage alone."""
+    return turn_grae(t.rewards_N, t.groups_N, t.step_rewards_NT, t.mask_NT, lam=step_weight, norm=norm,
+                     turn_mask_NT=mt_grpo_turns(t.mask_NT), eps=eps)
 
 
 def _grae_to_go(t: Turns, *, norm, eps):

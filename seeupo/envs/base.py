@@ -55,6 +55,12 @@ class Env(ABC):
     @abstractmethod
     def score(self) -> float: ...
 
+    def anchor_state(self) -> int | None:
+        """A key of the state the next turn starts from, for the step groups of GiGPO and HGPO, where
+        the environment keys on its own state; None (the default): the runner keys on the messages
+        of the latest observation (``data.episode.anchor_key``)."""
+        return None
+
     def demo_action(self, rng: random.Random) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no demonstration policy for the warm-up")
 

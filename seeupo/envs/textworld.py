@@ -9,11 +9,14 @@ progress`` is TextWorld's own intermediate reward, a step towards or away from t
 ``admissible: true`` every observation lists the commands the game accepts there; ``observation:
 brief`` keeps only the first line of the game's text (a room's name, a command's one-line answer).
 
-A command the game does not accept in that state (not among its admissible commands) is answered
-by the game as usual and counted in ``info["tool_error"]`` (0 or 1). Two kinds are answered by us
-and never reach the game: an empty reply, and a command naming one of the interpreter's
-out-of-world verbs (``META_VERBS``: ``save`` and ``script`` write files into the working folder,
-``restart``/``quit`` end or reset the game). ``parse_command`` turns backslashes, control and other
+A reply with no command in it (empty once parsed) is a format error, ``info["tool_error"] = 1``: the
+trainer's health warning watches that rate. A well-formed command the game does not accept in that
+state (not among its admissible commands) is a wrong move, not a broken format: it is answered by the
+game as usual and counted apart, ``info["count/inadmissible"] = 1`` (the run logs ``env/inadmissible``
+per episode). Two kinds are answered by us and never reach the game: an empty reply, and a command
+naming one of the interpreter's out-of-world verbs (also inadmissible, and counted in
+``count/meta_command``: (``META_VERBS``: ``save`` and ``script`` write files into the working folder,
+``restart``/``quit`` end or reset the game)). ``parse_command`` turns backslashes, control and other
 unprintable characters into spaces: the interpreter (jericho's dumb-frotz) reads ``\`` as the start
 of its own commands (``\s`` floods the output with screen dumps, an unknown one prints an error line
 forever: 41 GB in one fuzz run; ``\R`` records into a file in the working folder; others hang or
@@ -70,6 +73,11 @@ class TextWorldOptions(BaseModel):
                            "one saw (the textworld preset takes 16 onward: games 0-15 scored the experiments "
                            "that chose its sizes)")
     seed: int = Field(0, description="seed of the game sets")
+    anchor: Literal["observation", "state"] = Field(
+        "observation", description="the key of a turn's anchor state (GiGPO's and HGPO's step groups): "
+        "observation, the messages the turn starts from (the game's text and the command list); state, the "
+        "game's own state (every fact the engine holds: rooms, where each object is, the inventory, what is "
+        "open), so the same state reached by different commands is one anchor")
     reward: Literal["score_delta", "outcome", "progress"] = Field(
         "score_delta", description="score_delta: each command's reward is the change in the game's normalised "
         "score (on generated one-quest games the score moves only at the win, so this equals outcome); outcome: "
@@ -147,7 +155,7 @@ class TextWorldEnv(Env):
         self.max_turns = opts.max_steps
         infos = tw.EnvInfos(admissible_commands=True, policy_commands=True, max_score=True, score=True,
                             won=True, lost=True, objective=True, description=True,
-                            intermediate_reward=opts.reward == "progress")
+                            intermediate_reward=opts.reward == "progress", facts=opts.anchor == "state")
         self.game = tw.start(str(game_path(opts, task.data["game_seed"])), request_infos=infos)
         self.state = None
         self.last_score = 0
@@ -158,6 +166,13 @@ class TextWorldEnv(Env):
             return ""
         cmds = sorted(c for c in self.state.admissible_commands if c not in ("inventory", "look"))
         return "\nCommands you can use: " + ", ".join(cmds) + "."
+
+    def anchor_state(self) -> int | None:
+        """With ``anchor: state``: a key of the game's facts (sorted), else None (the observation's)."""
+        if self.opts.anchor != "state" or self.state is None:
+            return None
+        text = "\n".join(sorted(str(f) for f in (self.state.facts or ())))
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
     def _text(self, text: str) -> str:
         return first_line(text) if self.opts.observation == "brief" else text.strip()
@@ -181,7 +196,7 @@ class TextWorldEnv(Env):
         if not valid and is_meta_command(cmd):  # never sent: files, restarts and quits stay out of reach
             return StepResult([{"role": "user", "content": "That command is not available here (save, restore, "
                                 f"restart, quit, undo and transcripts are not).{self._listing()}"}], 0.0, False,
-                              {"tool_error": 1, "error": "meta_command", "extra_calls": 0})
+                              {"tool_error": 0, "count/inadmissible": 1, "count/meta_command": 1, "extra_calls": 0})
         self.state, _, done = self.game.step(cmd)
         max_score = max(self.state.max_score or 1, 1)
         reward = (self.state.score - self.last_score) / max_score
@@ -191,7 +206,7 @@ class TextWorldEnv(Env):
         done = bool(done or self.state.won or self.state.lost)
         feedback = self._text(re.split(r"\n\s*>", self.state.feedback)[0])  # drop the prompt and status line
         obs = [] if done else [{"role": "user", "content": f"{feedback}{self._listing()}"}]
-        return StepResult(obs, reward, done, {"tool_error": int(not valid), "extra_calls": 0})
+        return StepResult(obs, reward, done, {"tool_error": 0, "count/inadmissible": int(not valid), "extra_calls": 0})
 
     def score(self) -> float:
         try:
@@ -217,6 +232,7 @@ class TextWorldEnv(Env):
 @register("textworld")
 class TextWorldFamily(EnvFamily):
     name = "textworld"
+    counters = ("inadmissible", "meta_command")  # always reported (env/inadmissible, ...): per episode
 
     def __init__(self, **options):
         self.opts = TextWorldOptions(**options)

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from seeupo.core.advantages import gae, grae, reward_to_go, split_outcome, turn_gae
+from seeupo.core.advantages import gae, grae, reward_to_go, turn_gae
 from seeupo.core.algorithms import Algorithm, Schedule, carries_factor
-from seeupo.core.estimators import Turns, estimate, names
+from seeupo.core.estimators import Turns, estimate, mt_grpo_turns, names
 from seeupo.core.losses import get_policy_loss
 from seeupo.core.schedule import factor_log_ratio, turn_order, update_factor
 from seeupo.lab.problems import Problem
@@ -328,10 +328,10 @@ def _turn_estimates(algo: Algorithm, shape, step_rewards: torch.Tensor, ep: torc
 
         reached = mask_NT.bool()
 
-        def per_turn(values_NT, keys_NT):  # grae over each turn's groups among the episodes that reached it, weighted
-            out_NT = torch.zeros_like(values_NT)
+        def per_turn(values_NT, keys_NT, among=reached):  # grae over each turn's groups among the episodes
+            out_NT = torch.zeros_like(values_NT)                # that reached it (or ``among``), weighted
             for t in range(T):
-                sel = reached[:, t]
+                sel = among[:, t]
                 out_NT[sel, t] = grae(values_NT[sel, t], keys_NT[sel, t], norm=inner, weights_N=w_N[sel])
             return out_NT
 
@@ -341,8 +341,10 @@ def _turn_estimates(algo: Algorithm, shape, step_rewards: torch.Tensor, ep: torc
             a = grae(r_N, task_ids, norm=inner, weights_N=w_N)[:, None] + omega * per_turn(g, by_task * shape.n_tree_nodes
                                                                                           + anchors_NT)
         elif algo.estimator == "turn_grae":
-            outcome, turn = split_outcome(step_NT, mask_NT)
-            a = grae(outcome, task_ids, norm=inner, weights_N=w_N)[:, None] + omega * per_turn(turn, by_task)
+            # the outcome is the episode's return; each turn before an episode's last its own reward as turn
+            # reward, compared among the episodes that went on past it (core.estimators.mt_grpo_turns)
+            a = grae(r_N, task_ids, norm=inner, weights_N=w_N)[:, None] + omega * per_turn(
+                step_NT, by_task, among=mt_grpo_turns(mask_NT).bool())
         else:  # grae_to_go
             a = per_turn(reward_to_go(step_NT, mask_NT), by_task)
         a = torch.where(reached, a, torch.zeros_like(a))

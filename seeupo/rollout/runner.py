@@ -159,7 +159,8 @@ def run_episodes(policy, chat: Chat, family: EnvFamily, jobs: list[tuple[Task, i
             live = []
             break
         for lv in batch:
-            lv.ep.anchors.append(anchor_key(lv.obs))
+            own = lv.env.anchor_state() if hasattr(lv.env, "anchor_state") else None
+            lv.ep.anchors.append(anchor_key(lv.obs) if own is None else own)
         if hasattr(policy, "begin_turn"):  # a policy with turn-specific parameters (models.turns)
             policy.begin_turn(turn)
         samples = policy.act([

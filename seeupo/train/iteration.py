@@ -298,7 +298,9 @@ def _ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: Turns)
 def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: Turns) -> tuple[torch.Tensor, dict]:
     """Turn-PPO: one row per turn; the critic's value of each turn state is the value head at the
     row's first action token (the state after the turn's whole prompt); GAE over turns
-    (``core.turn_gae``); the value loss at those positions only. Returns ([N, T] advantages, metrics)."""
+    (``core.turn_gae``), an episode cut before its end (``max_turns``, ``context``) bootstrapped from
+    the value of its last turn state (the latest the critic has; an ended one from 0); the value loss
+    at those positions only. Returns ([N, T] advantages, metrics)."""
     cfg = up.cfg
     rows = turn_rows(episodes, up.stack.tokenizer.pad_token_id)
     _, old_values = score(up.stack.learner_model, rows, temperature=cfg.rollout.temperature,
@@ -309,8 +311,10 @@ def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: T
     values_NT = torch.zeros_like(turns.step_rewards_NT)
     r_idx = torch.arange(len(rows))
     values_NT[rows.episode, rows.turn] = old_values[r_idx, first] * has
+    cut = torch.tensor([e.end_reason in CUT for e in episodes], dtype=values_NT.dtype)
+    last = (turns.mask_NT.cumsum(-1) * turns.mask_NT).argmax(-1, keepdim=True)
     adv_NT, ret_NT = turn_gae(turns.step_rewards_NT, values_NT, turns.mask_NT, gamma=cfg.algo.estimator_param("gamma"),
-                              lam=cfg.algo.estimator_param("lam"))
+                              lam=cfg.algo.estimator_param("lam"), bootstrap_N=values_NT.gather(1, last).squeeze(1) * cut)
     returns = torch.zeros_like(old_values)
     returns[r_idx, first] = ret_NT[rows.episode, rows.turn]
     value_mask = torch.zeros_like(rows.loss_mask)
@@ -319,6 +323,8 @@ def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: T
                            value_mask=value_mask)
     return adv_NT, metrics
 
+
+CUT = ("max_turns", "context")  # end reasons of an episode stopped before the game ended: bootstrapped
 
 # how a critic-free estimator's advantages become optimizer steps
 DRIVERS = {"joint": _joint, "sequential": _sequential}

@@ -259,7 +259,8 @@ def test_turn_ppo_trains_its_critic_on_turn_states(tmp_path, episodes):
 def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes, monkeypatch):
     """What Turn-PPO hands the update, against a loop: the value mask marks each turn row's first
     action token only; the return there is turn-level GAE (gamma 0.99, lam 0.9) over the episode's
-    turns with the critic's values read at those tokens; the advantage of every row is its turn's."""
+    turns with the critic's values read at those tokens, an episode cut at max_turns bootstrapped from
+    its last turn's value; the advantage of every row is its turn's."""
     from seeupo.train import iteration as trainer_mod
 
     tr = trainer(tmp_path / "t", "algo.name=turn-ppo")
@@ -272,6 +273,7 @@ def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes
     monkeypatch.setattr(trainer_mod, "joint_update", capture)
     tr.value_head.linear.bias.data.fill_(0.3)  # values that vary across tokens: a nonzero head
     torch.nn.init.normal_(tr.value_head.linear.weight, std=0.5)
+    episodes = [dataclasses.replace(e, end_reason="max_turns" if k % 2 else "done") for k, e in enumerate(episodes)]
     update(tr, episodes)
     rows, vm = seen["rows"], seen["value_mask"]
     gamma, lam = 0.99, 0.9
@@ -284,8 +286,9 @@ def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes
         ep = episodes[e]
         v = [float(seen["old_values"][turns[t][0], turns[t][1]]) for t in range(ep.n_turns)]
         a, adv = 0.0, [0.0] * ep.n_turns
+        cut = ep.end_reason in ("max_turns", "context")  # issue 59: a cut episode goes on from its last value
         for t in reversed(range(ep.n_turns)):
-            nxt = v[t + 1] if t + 1 < ep.n_turns else 0.0
+            nxt = v[t + 1] if t + 1 < ep.n_turns else (v[t] if cut else 0.0)
             a = ep.step_rewards[t] + gamma * nxt - v[t] + gamma * lam * a
             adv[t] = a
         for t, (r, first) in turns.items():

@@ -237,3 +237,32 @@ def test_each_turn_records_the_anchor_state_it_started_from(chat):
     assert c[1] != a[1]  # an error message is another state
     assert len(set(a)) == 3
     assert eps[0].first_turns(2).anchors == a[:2]  # a cut episode keeps its turns' anchors only
+
+
+def test_an_environment_may_key_anchors_on_its_own_state(chat):
+    """An environment whose ``anchor_state`` returns a key (TextWorld's ``anchor: state``) names each
+    turn's anchor with it; one that returns None leaves the key of its observation (issue 59)."""
+    from seeupo.data.episode import anchor_key
+
+    fam = make_family("lookup", {"hops_min": 2, "hops_max": 2})
+    task = fam.tasks("train")[0]
+    orig, steps, made = fam.make, {}, []
+
+    def make(t, *, seed):
+        env = orig(t, seed=seed)
+        made.append(seed)
+        first = len(made) == 1  # the first episode's environment keys on its own state
+        env.anchor_state = lambda env=env: 1000 + steps.get(id(env), 0) if first else None
+        step = env.step
+
+        def counted(text, env=env):
+            steps[id(env)] = steps.get(id(env), 0) + 1
+            return step(text)
+        env.step = counted
+        return env
+
+    fam.make = make
+    own, plain = run_episodes(scripted(chat, lambda env, rng: env.oracle_action()), chat, fam,
+                              [(task, 0, 0, 0), (task, 0, 1, 1)], RolloutLimits(max_turns=4))
+    assert own.anchors == [1000 + t for t in range(own.n_turns)]
+    assert plain.anchors[0] == anchor_key(orig(task, seed=made[1]).reset())

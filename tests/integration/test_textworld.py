@@ -36,14 +36,40 @@ def test_generated_games_are_deterministic_and_the_oracle_wins(tmp_path, monkeyp
 
 
 def test_bad_commands_are_counted_not_fatal(tmp_path, monkeypatch):
+    """A reply without a command is a format error (tool_error, what the health warning watches); a
+    well-formed command the game does not accept is a wrong move, counted apart (issue 59: the warning
+    read every wrong move on TextWorld as a broken call format)."""
     monkeypatch.setenv("SEEUPO_CACHE", str(tmp_path))
     fam = make_family("textworld", {"test_tasks": 1, "quest_length": 2})
+    assert set(fam.counters) == {"inadmissible", "meta_command"}
     env = fam.make(fam.tasks("test")[0], seed=0)
     env.reset()
-    for text in ("", "fly to the moon", "xyzzy"):
+    for text, fmt, wrong in (("", 1, 0), ("  \n ", 1, 0), ("fly to the moon", 0, 1), ("xyzzy", 0, 1), ("save", 0, 1),
+                             (env.oracle_action(), 0, 0)):
         res = env.step(text)
-        assert not res.done and res.info["tool_error"] == 1 and res.observation
-    assert env.score() == 0.0
+        assert res.info["tool_error"] == fmt and res.info.get("count/inadmissible", 0) == wrong, text
+        assert res.observation or res.done
+    assert env.score() in (0.0, 1.0)
+
+
+def test_anchor_state_keys_on_the_game_facts(tmp_path, monkeypatch):
+    """anchor: state keys a turn on the game's facts: a wrong move leaves the state (and the key) as it
+    was though the observation text changes; a move that changes the world changes it; observation
+    (the default) leaves the key to the runner."""
+    monkeypatch.setenv("SEEUPO_CACHE", str(tmp_path))
+    fam = make_family("textworld", {"test_tasks": 1, "quest_length": 2, "anchor": "state"})
+    env = fam.make(fam.tasks("test")[0], seed=0)
+    env.reset()
+    k0 = env.anchor_state()
+    assert isinstance(k0, int)
+    env.step("fly to the moon")
+    assert env.anchor_state() == k0
+    env.step(env.oracle_action())
+    assert env.anchor_state() != k0
+    plain = make_family("textworld", {"test_tasks": 1, "quest_length": 2})
+    e2 = plain.make(plain.tasks("test")[0], seed=0)
+    e2.reset()
+    assert e2.anchor_state() is None
 
 
 def test_eval_cli_oracle(tmp_path):

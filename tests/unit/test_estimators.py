@@ -99,3 +99,32 @@ def test_the_files_adding_hgpo_touched_are_core_and_registry_only():
     for f in files:
         assert (ROOT / f).exists(), f
         assert not f.startswith("seeupo/train/"), f
+
+
+def test_the_anchor_sharing_table_is_the_record():
+    """docs/envs.md's anchor-sharing table is results/anchors/textworld.json, row by row."""
+    import json
+
+    rec = json.loads((ROOT / "results" / "anchors" / "textworld.json").read_text())
+    text = (ROOT / "docs" / "envs.md").read_text()
+    block = text[text.index("<!-- anchors:begin -->"):text.index("<!-- anchors:end -->")]
+    rows = [r for r in block.splitlines() if r.startswith("| ") and not r.startswith("| anchor")]
+    assert [r.split(" | ")[0][2:] for r in rows] == [x["anchor"] for x in rec["rows"]]
+    for r, x in zip(rows, rec["rows"]):
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert cells == [x["anchor"], str(x["turns"]), f"{x['shared_fraction']:.3f}", f"{x['distinct_anchors_per_group']:.2f}"]
+
+
+def test_the_registry_left_every_run_bit_identical():
+    """results/same_numbers/: every algorithm and the dispatch variants, two tiny-preset iterations
+    each, before the registry and after it (scripts/same_numbers.py, one machine, one thread): the
+    same trainable parameters to the bit and the same metrics; each run took optimizer steps."""
+    import json
+
+    from seeupo.core.algorithms import ALGORITHMS as algos
+
+    before, after = (json.loads((ROOT / "results" / "same_numbers" / f).read_text()) for f in ("before.json", "after.json"))
+    assert set(algos) - {"hgpo"} <= set(before["runs"]) and before["runs"].keys() == after["runs"].keys()
+    for label, run in before["runs"].items():
+        assert "error" not in run and min(run["optimizer_steps"]) > 0, label
+        assert run == after["runs"][label], label

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seeupo.core.advantages import gigpo, grae_to_go, reward_to_go, split_outcome, turn_gae, turn_grae
+from seeupo.core.advantages import gigpo, grae_to_go, reward_to_go, turn_gae, turn_grae
 from seeupo.core.estimators import Turns, estimate
 
 
@@ -104,6 +104,33 @@ def test_turn_grae_matches_a_loop(case, norm, lam):
             assert float(got[i, s]) == pytest.approx(want, abs=1e-9)
 
 
+@settings(max_examples=60, deadline=None)
+@given(cases, st.sampled_from(["none", "group"]))
+def test_mt_grpo_outcome_is_the_return_and_each_turn_its_own_reward(case, norm):
+    """MT-GRPO as the trainer feeds it (issue 59): the outcome is the episode's return (not its last
+    turn's reward, which with score deltas or progress rewards is one step's); turn t's term compares
+    its own reward among the group's episodes that went on past t (an episode that ended at t takes
+    the outcome's advantage alone there, as the authors' final turn does, instead of 0 minus the
+    others' mean)."""
+    groups, mask, r, _ = _episodes(*case)
+    r = r * mask
+    got = estimate("turn_grae", Turns(r.sum(-1), groups, r, mask), norm=norm)
+    n, t = mask.shape
+    g, m, rr = groups.tolist(), mask.tolist(), r.tolist()
+    ret = [sum(rr[i]) for i in range(n)]
+    last = [max(k for k in range(t) if m[i][k]) for i in range(n)]
+    for i in range(n):
+        a_o = centred_loop(ret[i], [ret[j] for j in range(n) if g[j] == g[i]], norm)
+        for s in range(t):
+            if not m[i][s]:
+                want = 0.0
+            elif s == last[i]:
+                want = a_o
+            else:
+                want = a_o + centred_loop(rr[i][s], [rr[j][s] for j in range(n) if g[j] == g[i] and s < last[j]], norm)
+            assert float(got[i, s]) == pytest.approx(want, abs=1e-6)
+
+
 @settings(max_examples=40, deadline=None)
 @given(cases, st.sampled_from([1.0, 0.9]), st.sampled_from([1.0, 0.95, 0.0]))
 def test_turn_gae_matches_a_loop(case, gamma, lam):
@@ -151,16 +178,10 @@ def test_shared_anchor_fraction_matches_a_loop(case):
 
 @given(cases)
 @settings(max_examples=40, deadline=None)
-def test_split_outcome_and_batch_norm_match_a_loop(case):
-    """MT-GRPO's outcome is the reward of the last reached turn and the turn rewards the earlier ones';
-    estimate's batch normalisation standardises the unnormalised estimator over reached turns."""
+def test_batch_norm_matches_a_loop(case):
+    """estimate's batch normalisation standardises the unnormalised estimator over reached turns."""
     groups, mask, rewards, anchors = _episodes(*case)
-    outcome, turn = split_outcome(rewards, mask)
-    m, r = mask.tolist(), rewards.tolist()
-    for i in range(len(m)):
-        last = max(k for k in range(len(m[i])) if m[i][k])
-        assert float(outcome[i]) == r[i][last]
-        assert turn[i].tolist() == [r[i][k] if m[i][k] and k != last else 0.0 for k in range(len(m[i]))]
+    m = mask.tolist()
     turns = Turns(rewards.sum(-1), groups, rewards, mask, anchors)
     for est in ("gigpo", "turn_grae", "grae_to_go"):
         raw = estimate(est, turns, norm="none")
