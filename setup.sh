@@ -4,7 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || python3 -m venv .venv
-pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+# pip, quiet, without the index's "Location ... is ignored" warnings; a failed install stops the set-up
+# with a line naming the step (set -e alone would not: the filter ends the pipeline)
+pip() {
+  local log status=0
+  log=$(mktemp)
+  .venv/bin/python -m pip -q --disable-pip-version-check "$@" >"$log" 2>&1 || status=$?
+  grep -v "^WARNING: Location" "$log" || true
+  rm -f "$log"
+  if [ "$status" -ne 0 ]; then echo "setup.sh: failed (exit $status): pip $*" >&2; exit "$status"; fi
+}
 pip install torch==2.13.0
 # constraints.txt: the exact releases of the packages a run's numbers depend on (see that file)
 if [ "${1:-}" = "--test" ]; then pip install -c constraints.txt -e '.[test]'; else pip install -c constraints.txt -e .; fi

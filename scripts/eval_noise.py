@@ -34,7 +34,7 @@ EVALS = {
 
 def score(run: Path, seed: int, args: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        opts = [a for a in args if a.startswith("--") or not "=" in a]
+        opts = [a for a in args if a.startswith("--") or "=" not in a]
         overrides = [a for a in args if "=" in a]
         cmd = [sys.executable, "-m", "seeupo", "eval", "--checkpoint", str(run), "--out", out, *opts,
                *overrides, f"run.seed={1000 + seed}"]

@@ -189,7 +189,6 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
             w = torch.full(ep.shape, 1.0 / cfg.group_size, dtype=torch.float64)
         E = ep.shape[-1]
         N = S * n_tasks * E
-        ep_H = ep.unsqueeze(-1).expand(-1, -1, -1, H)
         ep_TL = ep.unsqueeze(-1).expand(-1, -1, -1, T * L)
         old_rows = tl_old[..., pcols].gather(2, ep_TL).reshape(N * T, L)
         rewards = R.gather(2, ep)  # [S, tasks, E]

@@ -180,7 +180,7 @@ def contrast(diffs) -> dict:
 VERDICTS = ("higher", "lower", "equivalent", "inconclusive")
 
 
-def _signed_sums(x) -> tuple[int, "np.ndarray"]:
+def _signed_sums(x) -> tuple[int, "numpy.ndarray"]:  # noqa: F821 (numpy is imported where it is used)
     """The distribution of ``sum_i s_i x_i`` over all ``2^n`` sign vectors ``s`` for integer ``x``:
     ``(R, counts)`` with ``counts[v + R]`` the number of sign vectors whose sum is ``v`` (``R = sum |x|``).
     A dynamic program over the items (exact: the counts are integers below 2^53)."""
@@ -288,7 +288,8 @@ def inverted_interval(diffs, level: float) -> list[float]:
         return [float("-inf"), float("inf")]
     m = mean(d)
     span = max(abs(x - m) for x in d) + 1e-9
-    keeps = lambda delta: sign_flip_p([x - delta for x in d]) > a
+    def keeps(delta):
+        return sign_flip_p([x - delta for x in d]) > a
 
     # beyond every value all signs agree: p = min_p(n) <= a, so m + span is rejected, m itself is not
     return [_bisect(m, m - span, keeps, steps=40, tol=1e-4), _bisect(m, m + span, keeps, steps=40, tol=1e-4)]
@@ -443,7 +444,8 @@ def simulated_detectable(sd_: float, n: int, m: int, *, power: float = POWER, dr
     if n < 2 or min_p(n) * m >= alpha or not sd_ == sd_ or sd_ <= 0:
         return None
     sds = [sd_] * m
-    ok = lambda eff: simulate_family(sds, [eff] + [0.0] * (m - 1), n, sd_, draws=draws)["detect"][0] >= power
+    def ok(eff):
+        return simulate_family(sds, [eff] + [0.0] * (m - 1), n, sd_, draws=draws)["detect"][0] >= power
     lo, hi = 0.0, sd_
     while not ok(hi):
         lo, hi = hi, hi * 2

@@ -151,15 +151,6 @@ def any_true(flag: bool) -> bool:
     return bool(t.item())
 
 
-def broadcast_object(obj):
-    """Rank 0's ``obj`` on every process."""
-    if world() == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def is_dtensor(t) -> bool:
     from torch.distributed.tensor import DTensor
 

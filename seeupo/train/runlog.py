@@ -111,7 +111,8 @@ def code_version() -> dict:
         digest.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     out = {"version": seeupo.__version__, "digest": digest.hexdigest()[:16], "commit": None, "dirty": None}
     try:
-        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
+        def git(*a):
+            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
         head = git("rev-parse", "HEAD")
         if head.returncode == 0:
             out["commit"] = head.stdout.strip()

@@ -2,7 +2,6 @@
 
 import json
 
-import torch
 
 from seeupo.data.episode import derive_seed, trajectory_rows, turn_rows
 from seeupo.envs import make_family

@@ -376,7 +376,6 @@ def test_a_trial_stopped_from_outside_is_resumed_in_the_same_sweep_not_failed(tm
            "--max-retries", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     folder = out / "trials" / "a" / "seed-0"
-    metrics = folder / "metrics.jsonl"
     _wait_for_training(proc, folder)
     _stop_run_of(folder)
     text = proc.communicate(timeout=300)[0]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from seeupo.core.algorithms import ALGORITHMS, get_algorithm
-from seeupo.lab.problems import TreeShape, iid_problem, separated_problem, trap_problem
+from seeupo.lab.problems import TreeShape, separated_problem, trap_problem
 from seeupo.lab.runner import RunConfig, run
 
 
@@ -14,7 +14,6 @@ def expected_return(theta, problem, policy):
 
 def test_tree_enumeration_probabilities_sum_to_one():
     shape = TreeShape(turns=2, tokens_per_turn=2, vocab=3)
-    p = iid_problem(shape, 2, [0])
     for policy in ("per_turn", "shared"):
         keys, n = shape.keys(policy)
         assert int(keys.max()) + 1 == n

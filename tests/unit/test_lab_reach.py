@@ -2,8 +2,6 @@
 computations: a recursive expectimax, the KL step's closed form, a grid search of the clipped
 surrogate, and the performance-difference argument (no drop under an exact per-state maximiser)."""
 
-import itertools
-import math
 
 import pytest
 import torch
