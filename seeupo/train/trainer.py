@@ -253,6 +253,28 @@ class Trainer:
         the summary. SIGTERM/SIGINT stop it at the next safe point with a checkpoint (``RunInterrupted``);
         ``run.max_nonfinite`` skipped steps in a row stop it with ``NonFiniteStop``. ``progress(done,
         record)`` is called once with ``record`` None when RL starts, then after each iteration."""
+        start = self._start()
+        try:
+            with self._signals:
+                try:
+                    start = self._before_rl(start)
+                    self._loop(start, progress)
+                    self._at = max(self.cfg.run.iterations, start)
+                    ev = self.evaluate(stop=self._stopper())
+                    self._log.log({"iteration": self._at, "eval": ev.as_dict(), "final": True})
+                except _Stop:
+                    # the state at `_at` is whole here (a stop never lands inside an update); the warm-up has no
+                    # checkpoint to write yet
+                    path = self._save(self._at) if self._saved_at is not None else None
+                    raise RunInterrupted(self._signals.signum, self._at, path, self.out) from None
+        finally:
+            self._log.close()
+            self.close()
+        return self._finish(start, ev)
+
+    def _start(self) -> int | None:
+        """The run folder (cleared unless resumed), the config, the log, signal handling and the
+        platform record; returns the iteration of the checkpoint resumed from (None: a fresh run)."""
         cfg = self.cfg
         self._wall0, self._wall_prior = time.perf_counter(), 0.0
         main = parallel.is_main()
@@ -272,68 +294,71 @@ class Trainer:
         self._nonfinite_run = self.state.get("nonfinite_run", 0)
         here = platform_info()  # a resumed run may continue elsewhere: every platform it ran on is kept
         self.state["platforms"] = [*[p for p in self.state.get("platforms", []) if p != here], here]
-        at = start or 0  # the iteration a stop would checkpoint
-        saved_at = start  # the iteration of the newest checkpoint
-        try:
-            with self._signals:
-                try:
-                    if start is None:
-                        if self.warmup_enabled():
-                            self._warmup()
-                            memory.trim()  # the warm-up's activations: the largest the run holds
-                        if cfg.algo.kl_coef > 0:
-                            self.reference_state = checkpoint.trainable_state(self.named_params)
-                        self.state["run_id"] = checkpoint.new_run_id()
-                        self._save(0)  # the warmed-up model, before the (long) evaluation
-                        saved_at, start = 0, 0
-                        self._check_stop()
-                    if "eval_before" not in self.state:
-                        ev = self._eval_before()
-                        self.state["eval_before"] = ev
-                        self._log.log({"iteration": 0, "eval": ev, **self.state.get("warmup", {})})
-                        env = "".join(f", {k} {v:.3f}" for k, v in ev.get("env", {}).items())
-                        self._say(f"eval before RL: avg@{ev['k']} {ev['avg@k']:.3f}, pass@{ev['k']} {ev['pass@k']:.3f} "
-                                  f"on {ev['tasks']} tasks" + (f" (per episode{env})" if env else ""))
-                    if start >= cfg.run.iterations and "eval_before" in self.state and start > 0:
-                        self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
-                                  "nothing to train; raise run.iterations to continue[/]")
-                    self._freeze_embeddings()
-                    if self._eval_due(start) and self.state.get("evaluated_at") != start:
-                        self._periodic_eval(start)  # interrupted there before
-                    if progress:
-                        progress(start, None)  # RL starts now: ``record`` None, nothing trained yet
-                    for it in range(start, cfg.run.iterations):
-                        at = it
-                        self._check_stop()
-                        record = self.iteration(it)
-                        self._nonfinite(record)
-                        record["warnings"] = health_warnings(record)
-                        for w in record["warnings"]:
-                            self._say(f"[yellow]iteration {it}: {w}[/]")
-                        self._log.log(record)
-                        if progress:
-                            progress(it + 1, record)
-                        done = at = it + 1
-                        self.state["nonfinite_run"] = self._nonfinite_run
-                        if self._nonfinite_run >= cfg.run.max_nonfinite:
-                            raise NonFiniteStop(self._nonfinite_message(it, saved_at))
-                        self._check_stop()
-                        if self._eval_due(done):
-                            self._periodic_eval(done)
-                        if (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0) or done == cfg.run.iterations:
-                            self._save(done)
-                            saved_at = done
-                    at = max(cfg.run.iterations, start)
-                    ev = self.evaluate(stop=self._stopper())
-                    self._log.log({"iteration": at, "eval": ev.as_dict(), "final": True})
-                except _Stop:
-                    # the state at `at` is whole here (a stop never lands inside an update); the warm-up has no
-                    # checkpoint to write yet
-                    path = self._save(at) if saved_at is not None else None
-                    raise RunInterrupted(self._signals.signum, at, path, self.out) from None
-        finally:
-            self._log.close()
-            self.close()
+        self._at = start or 0  # the iteration a stop would checkpoint
+        self._saved_at = start  # the iteration of the newest checkpoint
+        return start
+
+    def _before_rl(self, start: int | None) -> int:
+        """A fresh run's warm-up, KL reference and checkpoint 0; the evaluation before RL (once per
+        run); returns the first RL iteration."""
+        cfg = self.cfg
+        if start is None:
+            if self.warmup_enabled():
+                self._warmup()
+                memory.trim()  # the warm-up's activations: the largest the run holds
+            if cfg.algo.kl_coef > 0:
+                self.reference_state = checkpoint.trainable_state(self.named_params)
+            self.state["run_id"] = checkpoint.new_run_id()
+            self._save(0)  # the warmed-up model, before the (long) evaluation
+            self._saved_at, start = 0, 0
+            self._check_stop()
+        if "eval_before" not in self.state:
+            ev = self._eval_before()
+            self.state["eval_before"] = ev
+            self._log.log({"iteration": 0, "eval": ev, **self.state.get("warmup", {})})
+            env = "".join(f", {k} {v:.3f}" for k, v in ev.get("env", {}).items())
+            self._say(f"eval before RL: avg@{ev['k']} {ev['avg@k']:.3f}, pass@{ev['k']} {ev['pass@k']:.3f} "
+                      f"on {ev['tasks']} tasks" + (f" (per episode{env})" if env else ""))
+        if start >= cfg.run.iterations and "eval_before" in self.state and start > 0:
+            self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
+                      "nothing to train; raise run.iterations to continue[/]")
+        self._freeze_embeddings()
+        if self._eval_due(start) and self.state.get("evaluated_at") != start:
+            self._periodic_eval(start)  # interrupted there before
+        return start
+
+    def _loop(self, start: int, progress) -> None:
+        """The RL iterations from ``start``: each logged with its health warnings, the non-finite
+        guard, the periodic evaluations and checkpoints."""
+        cfg = self.cfg
+        if progress:
+            progress(start, None)  # RL starts now: ``record`` None, nothing trained yet
+        for it in range(start, cfg.run.iterations):
+            self._at = it
+            self._check_stop()
+            record = self.iteration(it)
+            self._nonfinite(record)
+            record["warnings"] = health_warnings(record)
+            for w in record["warnings"]:
+                self._say(f"[yellow]iteration {it}: {w}[/]")
+            self._log.log(record)
+            if progress:
+                progress(it + 1, record)
+            done = self._at = it + 1
+            self.state["nonfinite_run"] = self._nonfinite_run
+            if self._nonfinite_run >= cfg.run.max_nonfinite:
+                raise NonFiniteStop(self._nonfinite_message(it, self._saved_at))
+            self._check_stop()
+            if self._eval_due(done):
+                self._periodic_eval(done)
+            if (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0) or done == cfg.run.iterations:
+                self._save(done)
+                self._saved_at = done
+
+    def _finish(self, start: int, ev) -> dict:
+        """The summary: the evaluations, the trainable parameters' norm and digest, what the run
+        used; written to ``summary.json`` with the curves' plot."""
+        cfg, main = self.cfg, parallel.is_main()
         with torch.no_grad():
             full = [parallel.full(p.detach()) for p in self.params]
             l2 = float(torch.sqrt(sum((p.double() ** 2).sum() for p in full)))
