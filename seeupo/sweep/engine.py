@@ -46,6 +46,7 @@ from pathlib import Path
 from seeupo.sweep.experiment import Experiment
 
 KEY = "key"  # a trial's user attribute: "ARM/seed-S"
+REPORT_SECONDS = 5.0  # how often a running trial's new metrics lines are reported to its Optuna trial
 INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run was stopped from outside
 # interruptions do not count as failures, but a trial stopped this often (e.g. by a memory watchdog
 # that sends SIGTERM) is given up, so no sweep loops without bound
@@ -294,14 +295,56 @@ _STOPPED = {128 + s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)} | {
     -s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}
 
 
-def run_trial(spec: SweepSpec, arm: str, seed: int) -> float:
+def run_trial(spec: SweepSpec, arm: str, seed: int, report=None) -> float:
     """Train (or resume, or just read) the run folder of (arm, seed); returns the experiment's metric
-    of its held-out evaluation after RL."""
-    return run_folder(spec, spec.folder(arm, seed), spec.arms()[arm], seed)
+    of its held-out evaluation after RL. ``report(record)``: each new line of its ``metrics.jsonl``
+    while it trains."""
+    return run_folder(spec, spec.folder(arm, seed), spec.arms()[arm], seed, report=report)
 
 
-def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -> float:
-    """``seeupo train`` into ``folder`` (resumed when it holds a run) unless it is finished."""
+class _Tail:
+    """The lines a growing ``metrics.jsonl`` gained since the last read (whole lines only)."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos = path, 0
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.pos)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.pos += end
+        out = []
+        for line in data[:end].decode(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+
+def report_to(study, trial):
+    """A ``report(record)`` for ``run_folder`` that shows a trial's learning curve in Optuna (so
+    ``optuna-dashboard`` draws it while the sweep runs): each RL iteration's training success rate as
+    the trial's intermediate value at step = iterations done (``Trial.report``), each evaluation's
+    avg@k as a user attribute ``eval@ITERATION``."""
+
+    def report(r: dict) -> None:
+        try:
+            if "reward_mean" in r and "iteration" in r:
+                trial.report(float(r.get("success_rate", r["reward_mean"])), step=int(r["iteration"]) + 1)
+            elif isinstance(r.get("eval"), dict) and "avg@k" in r["eval"]:
+                trial.set_user_attr(f"eval@{int(r.get('iteration', 0))}", float(r["eval"]["avg@k"]))
+        except Exception:  # noqa: BLE001 (a live view must never stop a trial)
+            pass
+    return report
+
+
+def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int, report=None) -> float:
+    """``seeupo train`` into ``folder`` (resumed when it holds a run) unless it is finished;
+    ``report(record)`` gets each line its ``metrics.jsonl`` gains while it runs."""
     summary = folder / "summary.json"
     if not summary.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -320,8 +363,17 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int) -
             log.flush()
             # its own session: a Ctrl-C at the terminal reaches the run once, through us, not twice
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            tail = _Tail(folder / "metrics.jsonl")
             try:
-                rc = proc.wait()
+                while True:
+                    try:
+                        rc = proc.wait(timeout=REPORT_SECONDS if report else None)
+                        break
+                    except subprocess.TimeoutExpired:
+                        for r in tail.read():
+                            report(r)
+                for r in tail.read() if report else ():
+                    report(r)
             except KeyboardInterrupt:  # the sweep is stopping: the run checkpoints and exits
                 proc.send_signal(signal.SIGTERM)
                 proc.wait()
@@ -456,7 +508,7 @@ def _work_one(spec: SweepSpec, study, trial, on_trial) -> None:
         return
     start = time.perf_counter()
     try:
-        value = run_trial(spec, arm, seed)
+        value = run_trial(spec, arm, seed, report=report_to(study, trial))
     except KeyboardInterrupt:  # stopped (the run checkpointed): queued again, not counted as a failure
         _attr(study, trial, "interrupted", True)
         _close(study, trial, TrialState.FAIL)

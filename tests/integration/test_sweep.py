@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -61,6 +62,13 @@ def test_one_or_two_workers_give_the_same_trials_and_a_rerun_only_reads(tmp_path
     one = SweepSpec(exp, tmp_path / "one", quick=False, workers=1)
     two = SweepSpec(exp, tmp_path / "two", quick=False, workers=2)
     assert sweep(one, on_trial=lambda *a: seen.append(a))["done"] == 2 and len(seen) == 2
+    # the live view (issue 61): each trial's training success per iteration as Optuna intermediate
+    # values, its evaluations as user attributes, read back through Optuna's public API
+    done = [t for t in optuna.load_study(study_name=one.study_name, storage=one.url).get_trials()
+            if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2
+    for t in done:
+        assert sorted(t.intermediate_values) == [1, 2] and "eval@0" in t.user_attrs and "eval@2" in t.user_attrs
     # the two arms share seed 0's warm-up, so its evaluation before RL ran once (issue 58)
     reused = [json.loads((one.folder(arm, 0) / "summary.json").read_text())["eval_before_reused"] for arm in "ab"]
     assert sorted(reused) == [False, True] and len(list((one.out / "eval-cache").glob("*.json"))) == 1
