@@ -11,8 +11,9 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from seeupo.progress import progress_display
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="seeupo: multi-turn agent RL for LLMs (SeeUPO and its backbones).")
@@ -32,75 +33,8 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
-class LineProgress:
-    """Progress for output that is not a terminal (CI logs, nohup): a plain line when a stage starts,
-    at most every ``interval`` seconds while it runs (``$SEEUPO_PROGRESS_SECONDS``, default 30), and
-    when it ends. The same calls as rich's ``Progress`` (the subset seeupo uses)."""
-
-    def __init__(self, out: Console, interval: float | None = None):
-        self.out = out
-        self.interval = float(interval if interval is not None else os.environ.get("SEEUPO_PROGRESS_SECONDS", 30))
-        self.tasks: dict[int, dict] = {}
-        self._next = 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def start(self):
-        pass
-
-    def stop(self):
-        pass
-
-    def add_task(self, description: str, total: float | None = None, **kw) -> int:
-        self._next += 1
-        now = time.perf_counter()
-        self.tasks[self._next] = {"description": description, "total": total, "completed": 0, "start": now,
-                                  "printed": now}
-        self._line(self.tasks[self._next], "started")
-        return self._next
-
-    def update(self, task: int, *, completed: float | None = None, description: str | None = None, **kw) -> None:
-        t = self.tasks.get(task)
-        if t is None:
-            return
-        if description is not None:
-            t["description"] = description
-        if completed is not None:
-            t["completed"] = completed
-        now = time.perf_counter()
-        if t["total"] is not None and t["completed"] >= t["total"] and not t.get("done"):
-            t["done"] = True
-            self._line(t, "done")
-        elif now - t["printed"] >= self.interval:
-            self._line(t)
-
-    def advance(self, task: int, advance: float = 1) -> None:
-        t = self.tasks.get(task)
-        if t is not None:
-            self.update(task, completed=t["completed"] + advance)
-
-    def remove_task(self, task: int) -> None:
-        t = self.tasks.pop(task, None)
-        if t is not None and not t.get("done"):
-            self._line(t, "stopped")
-
-    def _line(self, t: dict, note: str = "") -> None:
-        t["printed"] = time.perf_counter()
-        total = f"/{t['total']:g}" if t["total"] is not None else ""
-        self.out.print(f"[progress] {t['description']}: {t['completed']:g}{total} "
-                       f"({t['printed'] - t['start']:.0f} s){' ' + note if note else ''}", markup=False,
-                       highlight=False, soft_wrap=True)
-
-
 def _progress():
-    if not console.is_terminal and not _QUIET:
-        return LineProgress(console)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False, disable=_QUIET)
+    return progress_display(console, quiet=_QUIET)
 
 
 @lab_app.command("table1")
