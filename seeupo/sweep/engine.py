@@ -198,7 +198,7 @@ def _heartbeat(study, trial_id: int):
 
 
 @contextmanager
-def _queue_lock(spec: SweepSpec):
+def queue_lock(spec: SweepSpec):
     """Workers of one sweep folder change the queue one at a time (re-queueing, failing stale trials),
     so two of them never queue the same trial twice; across machines when the folder is shared."""
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -210,7 +210,7 @@ def _queue_lock(spec: SweepSpec):
 def _fail_stale(study) -> list:
     """Fail the study's trials whose heartbeat went stale (their worker is gone), marked ``interrupted``
     and ``stale`` before they turn FAIL (so none ever reads as a failure); returns them as they were.
-    Call it under ``_queue_lock``: a trial found stale twice would be queued again twice."""
+    Call it under ``queue_lock``: a trial found stale twice would be queued again twice."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -234,7 +234,7 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
     another machine's, so only those whose heartbeat went stale are). Returns counts: done, queued,
     given_up."""
-    with _queue_lock(spec):
+    with queue_lock(spec):
         return _prepare(spec, owner)
 
 
@@ -448,7 +448,7 @@ def work(spec: SweepSpec, on_trial=None) -> None:
 
     study = _study(spec)
     while True:
-        with _queue_lock(spec):
+        with queue_lock(spec):
             if _fail_stale(study):  # a dead worker's trials: queued again, resumed by whoever takes them
                 _prepare(spec, owner=False)
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -538,7 +538,7 @@ def _interrupt(*_):
 
 
 # ----------------------------------------------------------------------------- tuning
-def _tune_study(spec: SweepSpec, arm: str):
+def tune_study(spec: SweepSpec, arm: str):
     """The arm's tuning study; each worker's sampler has its own seed (with one seed, two workers
     propose the same start-up configurations in step: the second one's proposals were pruned or,
     once the first had finished, re-read its folder and took a budget slot as a duplicate)."""
@@ -552,7 +552,7 @@ def _tune_study(spec: SweepSpec, arm: str):
                                direction="maximize", load_if_exists=True)
 
 
-def _params_key(params: dict) -> str:
+def params_key(params: dict) -> str:
     import hashlib
 
     return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=5).hexdigest()
@@ -568,9 +568,9 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
 
     budget, seeds, arms = spec.exp.tune_plan(spec.quick)
     for arm, (overrides, space) in arms.items():
-        study = _tune_study(spec, arm)
+        study = tune_study(spec, arm)
         while True:
-            with _queue_lock(spec):
+            with queue_lock(spec):
                 for t in _fail_stale(study):  # a dead worker's trial: its parameters again, its folders resumed
                     if t.params:
                         study.enqueue_trial(t.params)
@@ -599,7 +599,7 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
         _spare(study, trial)
         return False
     params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-    folder = spec.out / "tune" / arm / _params_key(params)
+    folder = spec.out / "tune" / arm / params_key(params)
     lock, holder = _lock(folder, trial._trial_id)
     if lock is None:  # these parameters are being tried elsewhere
         if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
@@ -621,7 +621,7 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
     if value is not None and value != INTERRUPTED:
         _tell_done(study, trial, value, params=params, distributions=trial.distributions)
     if on_trial:
-        on_trial(f"tune:{arm}", _params_key(params), value, time.perf_counter() - start)
+        on_trial(f"tune:{arm}", params_key(params), value, time.perf_counter() - start)
     return True
 
 
@@ -635,7 +635,7 @@ def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
 
     out = {}
     for arm, (overrides, _) in spec.exp.tune_plan(spec.quick)[2].items():
-        study = _tune_study(spec, arm)
+        study = tune_study(spec, arm)
         done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         if not done:
             continue
@@ -675,7 +675,7 @@ def _fail_running(spec: SweepSpec) -> None:
     from optuna.trial import TrialState
 
     for arm in spec.exp.tune_plan(spec.quick)[2]:
-        study = _tune_study(spec, arm)
+        study = tune_study(spec, arm)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)

@@ -187,12 +187,12 @@ def _restore_tuning(spec, part: Path, arm: str, t: dict, tuning: dict) -> int:
     import optuna
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _params_key, _queue_lock, _tune_study, finished_value, trial_uid
+    from seeupo.sweep.engine import params_key, queue_lock, tune_study, finished_value, trial_uid
 
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     params, key = t["params"], t["key"]
     space = arms[arm][1]
-    if _params_key(params) != key or set(params) != set(space) or any(params[k] not in space[k] for k in params):
+    if params_key(params) != key or set(params) != set(space) or any(params[k] not in space[k] for k in params):
         raise ValueError(f"{part}: tuning trial {arm}/{key} does not match its parameters {params}")
     folder = spec.out / "tune" / arm / key
     for s in seeds:
@@ -203,8 +203,8 @@ def _restore_tuning(spec, part: Path, arm: str, t: dict, tuning: dict) -> int:
             _write(folder / f"seed-{s}", files)
     value = sum(finished_value(spec, folder / f"seed-{s}") for s in seeds) / len(seeds)
     dists = {k: optuna.distributions.CategoricalDistribution(space[k]) for k in params}
-    with _queue_lock(spec):
-        study = _tune_study(spec, arm)
+    with queue_lock(spec):
+        study = tune_study(spec, arm)
         if any(x.state == TrialState.COMPLETE and trial_uid(x) == t["uid"] for x in study.get_trials(deepcopy=False)):
             return 0
         study.add_trial(optuna.trial.create_trial(
@@ -217,10 +217,10 @@ def _tuning_done(spec) -> bool:
     """Every tuned arm's study holds as many completed trials as the budget."""
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _tune_study
+    from seeupo.sweep.engine import tune_study
 
     budget, _, arms = spec.exp.tune_plan(spec.quick)
-    return all(sum(t.state == TrialState.COMPLETE for t in _tune_study(spec, arm).get_trials(deepcopy=False)) >= budget
+    return all(sum(t.state == TrialState.COMPLETE for t in tune_study(spec, arm).get_trials(deepcopy=False)) >= budget
                for arm in arms)
 
 
@@ -229,15 +229,15 @@ def _tuning_trials(spec, have: set[tuple[str, str]]) -> dict[str, list[dict]]:
     (a configuration TPE proposed twice is two trials of one folder: both count towards the budget)."""
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _params_key, _tune_study, completed_at, trial_uid
+    from seeupo.sweep.engine import params_key, tune_study, completed_at, trial_uid
 
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     out = {}
     for arm in arms:
-        done = [t for t in _tune_study(spec, arm).get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        done = [t for t in tune_study(spec, arm).get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         new = []
         for t in sorted(done, key=lambda t: (completed_at(t), trial_uid(t))):
-            key = _params_key(t.params)
+            key = params_key(t.params)
             folder = spec.out / "tune" / arm / key
             if (arm, trial_uid(t)) not in have and all((folder / f"seed-{s}" / f).exists() for s in seeds for f in FILES):
                 new.append({"uid": trial_uid(t), "completed": completed_at(t), "key": key, "params": t.params,

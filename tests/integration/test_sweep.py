@@ -291,11 +291,11 @@ def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is
         (folder / "summary.json").write_text(json.dumps({"eval_after": {"avg@k": value}}))
 
     a = spec("one")
-    study = engine._tune_study(a, "tuned")
+    study = engine.tune_study(a, "tuned")
     dist = {"algo.kl_coef": optuna.distributions.CategoricalDistribution([0.0, 0.2])}
     # trial 0: kl 0.2 scores 0.5; trial 1: kl 0.0 scores 0.5 too (a tie: trial 0 wins); trial 2: kl 0.2 again
     for kl in (0.2, 0.0, 0.2):
-        key = engine._params_key({"algo.kl_coef": kl})
+        key = engine.params_key({"algo.kl_coef": kl})
         for s in (100, 101):
             finish(a.out / "tune" / "tuned" / key / f"seed-{s}", 0.25 if s == 100 else 0.75)
         study.add_trial(optuna.trial.create_trial(params={"algo.kl_coef": kl}, distributions=dist, value=0.5))
@@ -311,7 +311,7 @@ def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is
     # first there, but where it ran it completed second
     b = spec("two")
     second = sorted(study.get_trials(), key=lambda t: t.number)[1]
-    engine._tune_study(b, "tuned").add_trial(optuna.trial.create_trial(
+    engine.tune_study(b, "tuned").add_trial(optuna.trial.create_trial(
         params={"algo.kl_coef": 0.0}, distributions=dist, value=0.5,
         user_attrs={"uid": engine.trial_uid(second), "completed": engine.completed_at(second)}))
     got = records.restore(b, recs)
@@ -441,11 +441,11 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
         "tune": {"budget": 2, "seeds": [100], "space": {"algo.kl_coef": [0.0, 0.2]}, "arms": {"tuned": {"overrides": []}}}}))
     spec = SweepSpec(load_experiment(str(path)), tmp_path / "out", quick=False, workers=1)
     spec.out.mkdir()
-    study = engine._tune_study(spec, "tuned")
+    study = engine.tune_study(spec, "tuned")
     study.enqueue_trial({"algo.kl_coef": 0.2})
     held = study.ask()  # the holder: popped by one worker ...
     params = {"algo.kl_coef": held.suggest_categorical("algo.kl_coef", [0.0, 0.2])}
-    lock, _ = engine._lock(spec.out / "tune" / "tuned" / engine._params_key(params), held._trial_id)
+    lock, _ = engine._lock(spec.out / "tune" / "tuned" / engine.params_key(params), held._trial_id)
 
     class PoppedTwice:  # ... and the same trial handed to the other worker by its first ask
         def __init__(self):
@@ -469,12 +469,12 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
                 study._storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
         return 0.5
 
-    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm: PoppedTwice())
+    monkeypatch.setattr(engine, "tune_study", lambda spec, arm: PoppedTwice())
     monkeypatch.setattr(engine, "run_folder", run_folder)
     engine.tune_work(spec)  # budget 2: the held trial and one more
     assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
     other = {"algo.kl_coef": 0.0}
-    assert trained == [spec.out / "tune" / "tuned" / engine._params_key(other)]
+    assert trained == [spec.out / "tune" / "tuned" / engine.params_key(other)]
     done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
     assert [(t.params, t.value) for t in done] == [(other, 0.5)]  # kept, though its trial was closed
     lock.close()
@@ -495,7 +495,7 @@ def test_tuning_workers_propose_apart(tmp_path):
     def proposals(worker: int, out: str) -> list[dict]:
         spec = SweepSpec(load_experiment(str(path)), tmp_path / out, quick=False, workers=2, worker=worker)
         spec.out.mkdir()
-        study = engine._tune_study(spec, "tuned")
+        study = engine.tune_study(spec, "tuned")
         out = []
         for _ in range(4):
             t = study.ask()

@@ -124,7 +124,7 @@ def test_a_stale_trial_is_failed_as_interrupted_and_queued_again_a_live_one_is_n
     study = engine._study(spec)
     dead, live = engine._ask(study), engine._ask(study)
     study._storage.record_heartbeat(dead._trial_id)  # then its machine dies
-    tune = engine._tune_study(spec, "tuned")
+    tune = engine.tune_study(spec, "tuned")
     gone = engine._ask(tune)
     gone.suggest_categorical("algo.kl_coef", [0.0, 0.2])
     tune._storage.record_heartbeat(gone._trial_id)
@@ -164,7 +164,7 @@ def test_two_tuning_workers_asking_for_the_last_slot_train_one_trial(tmp_path, m
     from seeupo.sweep import engine
 
     spec = _spec(tmp_path)
-    study = engine._tune_study(spec, "tuned")
+    study = engine.tune_study(spec, "tuned")
     study.add_trial(optuna.trial.create_trial(value=0.1, params={"algo.kl_coef": 0.0},
                                               distributions={"algo.kl_coef": optuna.distributions.CategoricalDistribution([0.0, 0.2])}))
     other = []
@@ -182,7 +182,7 @@ def test_two_tuning_workers_asking_for_the_last_slot_train_one_trial(tmp_path, m
             return mine
 
     trained = []
-    monkeypatch.setattr(engine, "_tune_study", lambda spec, arm: Racing())
+    monkeypatch.setattr(engine, "tune_study", lambda spec, arm: Racing())
     monkeypatch.setattr(engine, "run_folder", lambda spec, folder, *a: trained.append(folder) or 0.5)
     engine.tune_work(spec)
     mine = [t for t in study.get_trials() if t.number not in (0, other[0].number)]
