@@ -73,7 +73,7 @@ M = [
   "tests/integration/test_reliability.py -k nonfinite_temperature"),
  ("resumed log keeps stale lines", "seeupo/train/runlog.py", "keep = lines[:resume_lines]", "keep = lines",
   "tests/integration/test_reliability.py -k crash_after"),
- ("warm-up not checkpointed before the first evaluation", "seeupo/train/trainer.py", "                        self._save(0)  # the warmed-up model", "                        pass  # the warmed-up model",
+ ("warm-up not checkpointed before the first evaluation", "seeupo/train/trainer.py", "            self._save(0)  # the warmed-up model", "            pass  # the warmed-up model",
   "tests/integration/test_reliability.py -k crash_in_the_first"),
  ("a stop lands inside the update", "seeupo/train/trainer.py", "on_progress=self._stopper())  # a stop before the update", "on_progress=None)  # a stop before the update",
   "tests/integration/test_reliability.py -k 'sigterm_then and rollout'"),
