@@ -212,6 +212,16 @@ def _check_NT(name: str, x_NT: torch.Tensor, mask_NT: torch.Tensor, n: int | Non
                          f"{tuple(x_NT.shape)} and {tuple(mask_NT.shape)}")
 
 
+def last_reached(mask_NT: torch.Tensor) -> torch.Tensor:
+    """``[N, 1]`` the index of each episode's last reached turn (0 for an episode with none).
+
+    >>> last_reached(torch.tensor([[1, 1, 0], [1, 0, 1], [0, 0, 0]])).flatten().tolist()
+    [1, 2, 0]
+    """
+    m = mask_NT.long()
+    return (m.cumsum(-1) * m).argmax(-1, keepdim=True)
+
+
 def reward_to_go(rewards_NT: torch.Tensor, mask_NT: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
     """``G_{i,t} = sum_{k >= t, reached} gamma^(k-t) r_{i,k}``, 0 where turn t was not reached.
 
@@ -444,7 +454,7 @@ def turn_gae(
     _check_NT("values_NT", values_NT, mask_NT)
     if bootstrap_N is not None:  # gamma * V_boot joins the last reached turn's delta, as a reward there would
         m = mask_NT.long()
-        last = (m.cumsum(-1) * m).argmax(-1, keepdim=True)
+        last = last_reached(m)
         tail = (gamma * bootstrap_N.to(rewards_NT.dtype))[:, None] * m.gather(1, last).to(rewards_NT.dtype)
         rewards_NT = rewards_NT.scatter_add(1, last, tail)
     return gae(rewards_NT, values_NT, mask_NT, gamma=gamma, lam=lam)

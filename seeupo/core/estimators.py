@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, hgpo, turn_grae
+from seeupo.core.advantages import EPISODE_NORMS, NORMS, gigpo, grae, grae_to_go, hgpo, last_reached, turn_grae
 from seeupo.core.registry import pick
 from seeupo.core.schedule import is_segmented
 
@@ -241,8 +241,7 @@ def mt_grpo_turns(mask_NT: torch.Tensor) -> torch.Tensor:
             [0, 0, 0]])
     """
     m = mask_NT.long()
-    last = (m.cumsum(-1) * m).argmax(-1, keepdim=True)  # index of each episode's last reached turn
-    return m.scatter(1, last, 0)
+    return m.scatter(1, last_reached(m), 0)
 
 
 def _turn_grae(t: Turns, *, norm, eps, step_weight):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 import torch
 
-from seeupo.core.advantages import gae, gae_by_episode, grae, shared_anchor_fraction, turn_gae
+from seeupo.core.advantages import gae, gae_by_episode, grae, last_reached, shared_anchor_fraction, turn_gae
 from seeupo.core.estimators import Turns, estimate, get_estimator
 from seeupo.core.schedule import kept_turn
 from seeupo.data.episode import Episode, derive_seed, trajectory_rows, turn_rows
@@ -312,7 +312,7 @@ def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: T
     r_idx = torch.arange(len(rows))
     values_NT[rows.episode, rows.turn] = old_values[r_idx, first] * has
     cut = torch.tensor([e.end_reason in CUT for e in episodes], dtype=values_NT.dtype)
-    last = (turns.mask_NT.cumsum(-1) * turns.mask_NT).argmax(-1, keepdim=True)
+    last = last_reached(turns.mask_NT)
     adv_NT, ret_NT = turn_gae(turns.step_rewards_NT, values_NT, turns.mask_NT, gamma=cfg.algo.estimator_param("gamma"),
                               lam=cfg.algo.estimator_param("lam"), bootstrap_N=values_NT.gather(1, last).squeeze(1) * cut)
     returns = torch.zeros_like(old_values)
