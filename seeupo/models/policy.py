@@ -40,7 +40,7 @@ def is_peft(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
 
 
-def _parts(model: nn.Module):
+def decoder_parts(model: nn.Module):
     base = model.get_base_model() if is_peft(model) else model
     return base.get_decoder(), base.get_output_embeddings()
 
@@ -394,7 +394,7 @@ def _cache_of(out):
 
 def _score(model, value_head, input_ids_BL, attention_mask_BL, score_mask_BL, temperature, with_entropy,
            continuation: Continuation | None = None, pack: int = 0, share: bool = False):
-    decoder, lm_head = _parts(model)
+    decoder, lm_head = decoder_parts(model)
     sel = score_mask_BL[:, 1:].bool()
     packing = Packing.of(input_ids_BL, attention_mask_BL, pack) if pack and continuation is None else None
     plan = SharedPrefix.of(input_ids_BL, attention_mask_BL) if share and packing is None else None

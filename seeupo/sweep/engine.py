@@ -18,12 +18,15 @@ while the sweep goes on is an interruption too: queued again and resumed within 
 
 Several machines: while a trial runs, its worker records a heartbeat in the study every
 ``heartbeat`` seconds (Optuna's RDBStorage heartbeat; ``study.optimize`` would start that thread,
-``ask``/``tell`` do not, so ``_heartbeat`` does). A trial whose heartbeat is older than
+``ask``/``tell`` do not, so ``study.heartbeat`` does). A trial whose heartbeat is older than
 ``GRACE_FACTOR`` heartbeats lost its worker (a machine that died, a SIGKILL): ``prepare`` and every
-worker, before it takes its next trial, fail it as ``interrupted`` (not a failure) and queue it
-again, and whoever takes it resumes its run folder from its checkpoint, so the folders (``--out``)
+worker, before it takes its next trial, fail it with Optuna's ``fail_stale_trials`` as an interruption
+(not a failure) and queue it again, and whoever takes it resumes its run folder from its checkpoint, so the folders (``--out``)
 must be on a file system the machines share. The tuning budget counts only live trials, and a
 worker whose ``ask`` came after the budget was used gives its trial back (see ``tune_work``).
+
+Only Optuna's public API is used (``seeupo/sweep/study.py`` holds what touches the storage); a test
+greps the package for Optuna's private names.
 """
 
 from __future__ import annotations
@@ -38,65 +41,20 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from seeupo.sweep.experiment import Experiment
+from seeupo.sweep import records
+from seeupo.sweep.experiment import yaml_value
+from seeupo.sweep.study import (KEY, SweepSpec, ask, choose_tuned, fail_stale,
+                                failures, finished_value, heartbeat, interrupt, key, open_study, params_key,
+                                parse_key, queue_lock, tune_study)
 
-KEY = "key"  # a trial's user attribute: "ARM/seed-S"
 REPORT_SECONDS = 5.0  # how often a running trial's new metrics lines are reported to its Optuna trial
 INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run was stopped from outside
 # interruptions do not count as failures, but a trial stopped this often (e.g. by a memory watchdog
 # that sends SIGTERM) is given up, so no sweep loops without bound
 MAX_INTERRUPTIONS = 10
-HEARTBEAT_S = 60  # a running trial's heartbeat in the study, every this many seconds (``seeupo sweep --heartbeat``)
-GRACE_FACTOR = 3  # a trial whose last heartbeat is this many heartbeats old has lost its worker: queued again
-
-
-@dataclass
-class SweepSpec:
-    exp: Experiment
-    out: Path
-    quick: bool
-    storage: str | None = None
-    workers: int = 1
-    trial_threads: int = 1
-    max_retries: int = 2
-    tuned: dict | None = None  # tuned arm -> its best configuration's overrides (after tuning)
-    worker: int = 0  # this process's worker index (each tuning worker seeds its own sampler)
-    heartbeat: int = HEARTBEAT_S  # seconds between a running trial's heartbeats; GRACE_FACTOR of them: stale
-    records: Path | None = None  # --records: the tuned arms' trials are restored from here once they are tuned
-
-    def arms(self) -> dict[str, list[str]]:
-        """Every arm's full override list: the fixed arms, then the tuned ones' best configurations."""
-        return {**self.exp.plan(self.quick)[1], **(self.tuned or {})}
-
-    @property
-    def url(self) -> str:
-        return self.storage or f"sqlite:///{(self.out / 'study.db').resolve()}"
-
-    @property
-    def study_name(self) -> str:
-        return f"{self.exp.name}{'-quick' if self.quick else ''}"
-
-    def grid(self) -> list[tuple[str, int]]:
-        """The trials in queue order: arm by arm, or (``order: seeds``) seed by seed in blocks of as many
-        seeds as workers, every arm of a block before the next block."""
-        seeds = self.exp.plan(self.quick)[0]
-        if self.exp.order == "seeds":
-            w = max(1, self.workers)
-            blocks = [seeds[i:i + w] for i in range(0, len(seeds), w)]
-            return [(arm, s) for block in blocks for arm in self.arms() for s in block]
-        return [(arm, s) for arm in self.arms() for s in seeds]
-
-    def folder(self, arm: str, seed: int) -> Path:
-        return self.out / "trials" / arm / f"seed-{seed}"
-
-
-def _key(arm: str, seed: int) -> str:
-    return f"{arm}/seed-{seed}"
 
 
 def finished_trials(spec: SweepSpec) -> int:
@@ -145,90 +103,6 @@ def pace(done: int, total: int, trial_seconds: list[float], workers: int) -> str
     return text
 
 
-def _storage(spec: SweepSpec):
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with warnings.catch_warnings():  # heartbeat_interval is an "experimental" argument
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # SQLite: wait for a busy database (several worker processes write to it) instead of failing
-        return optuna.storages.RDBStorage(spec.url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                          if spec.url.startswith("sqlite") else None,
-                                          heartbeat_interval=spec.heartbeat, grace_period=GRACE_FACTOR * spec.heartbeat)
-
-
-def _study(spec: SweepSpec):
-    import optuna
-
-    return optuna.create_study(study_name=spec.study_name, storage=_storage(spec), direction="maximize",
-                               load_if_exists=True)
-
-
-def _ask(study):
-    """``study.ask()`` without Optuna's warning that heartbeats are meant for ``study.optimize``
-    (``_heartbeat`` records them here)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-        return study.ask()
-
-
-@contextmanager
-def _heartbeat(study, trial_id: int):
-    """The trial's heartbeat in the study while the block runs: one now, then one every
-    ``heartbeat_interval`` seconds from a thread (a busy database only delays a beat)."""
-    storage = study._storage
-    interval = storage.get_heartbeat_interval()
-    storage.record_heartbeat(trial_id)  # at once: a trial that never beat is never found stale
-    stop = threading.Event()
-
-    def beat():
-        while not stop.wait(interval):
-            try:
-                storage.record_heartbeat(trial_id)
-            except Exception:  # noqa: BLE001 (the next beat tries again; the grace period is several beats)
-                pass
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-@contextmanager
-def queue_lock(spec: SweepSpec):
-    """Workers of one sweep folder change the queue one at a time (re-queueing, failing stale trials),
-    so two of them never queue the same trial twice; across machines when the folder is shared."""
-    spec.out.mkdir(parents=True, exist_ok=True)
-    with open(spec.out / ".queue.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def _fail_stale(study) -> list:
-    """Fail the study's trials whose heartbeat went stale (their worker is gone), marked ``interrupted``
-    and ``stale`` before they turn FAIL (so none ever reads as a failure); returns them as they were.
-    Call it under ``queue_lock``: a trial found stale twice would be queued again twice."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    storage = study._storage
-    if not storage.get_heartbeat_interval():
-        return []
-    failed = []
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
-        try:
-            storage.set_trial_user_attr(trial_id, "interrupted", True)
-            storage.set_trial_user_attr(trial_id, "stale", True)
-            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
-                failed.append(storage.get_trial(trial_id))
-        except UpdateFinishedTrialError:  # it ended meanwhile (its worker was alive after all)
-            pass
-    return failed
-
-
 def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
     """Queue every grid point that has no finished trial. ``owner`` (the local default storage): trials
     left RUNNING by a killed sweep are marked failed first (with a shared ``--storage`` they may be
@@ -241,14 +115,13 @@ def prepare(spec: SweepSpec, *, owner: bool = True) -> dict:
 def _prepare(spec: SweepSpec, owner: bool) -> dict:
     from optuna.trial import TrialState
 
-    study = _study(spec)
-    _fail_stale(study)  # their workers are gone: an interruption, queued again below
+    study = open_study(spec)
+    fail_stale(study)  # their workers are gone: an interruption, queued again below
     trials = study.get_trials(deepcopy=False)
     if owner:
         for t in trials:
             if t.state == TrialState.RUNNING:  # a sweep killed hard: an interruption, not a failure
-                study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                interrupt(study, t.number)
         trials = study.get_trials(deepcopy=False)
     by_key: dict[str, list] = {}
     for t in trials:
@@ -256,27 +129,19 @@ def _prepare(spec: SweepSpec, owner: bool) -> dict:
             by_key.setdefault(t.user_attrs[KEY], []).append(t)
     counts = {"done": 0, "queued": 0, "given_up": 0}
     for arm, seed in spec.grid():
-        ts = by_key.get(_key(arm, seed), [])
+        ts = by_key.get(key(arm, seed), [])
         states = [t.state for t in ts]
         if TrialState.COMPLETE in states:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif (failures := _failures(ts))[0] > spec.max_retries or failures[1] > MAX_INTERRUPTIONS:
+        elif (lost := failures(study, ts))[0] > spec.max_retries or lost[1] > MAX_INTERRUPTIONS:
             counts["given_up"] += 1
         else:
-            study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: _key(arm, seed)},
+            study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: key(arm, seed)},
                                 skip_if_exists=False)
             counts["queued"] += 1
     return counts
-
-
-def _failures(trials) -> tuple[int, int]:
-    """(failures, interruptions) among ``trials``: an interrupted trial is FAIL in Optuna but not a failure."""
-    from optuna.trial import TrialState
-
-    failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("interrupted") for t in trials)
-    return failed, sum(t.state == TrialState.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
 
 
 class TrialFailed(RuntimeError):
@@ -385,15 +250,6 @@ def run_folder(spec: SweepSpec, folder: Path, overrides: list[str], seed: int, r
     return finished_value(spec, folder)
 
 
-def finished_value(spec: SweepSpec, folder: Path) -> float | None:
-    """The experiment's metric of a finished run folder's held-out evaluation after RL; None while
-    the run has no ``summary.json``."""
-    summary = folder / "summary.json"
-    if not summary.exists():
-        return None
-    return float(json.loads(summary.read_text())["eval_after"][spec.exp.metric])
-
-
 def _lock(folder: Path, trial_id: int | None = None):
     """An exclusive lock on a trial folder: ``(the open lock file, None)``, or ``(None, the holder's
     trial id)`` when another process holds it (the id it wrote, None if unknown)."""
@@ -432,7 +288,7 @@ def _tell_done(study, trial, value: float, **kept) -> None:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+    if trial.number in {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}:
         try:
             study.tell(trial, value)
             return
@@ -446,15 +302,15 @@ def work(spec: SweepSpec, on_trial=None) -> None:
     gone: their heartbeat went stale). A trial's heartbeat is recorded while this worker holds it."""
     from optuna.trial import TrialState
 
-    study = _study(spec)
+    study = open_study(spec)
     while True:
         with queue_lock(spec):
-            if _fail_stale(study):  # a dead worker's trials: queued again, resumed by whoever takes them
+            if fail_stale(study):  # a dead worker's trials: queued again, resumed by whoever takes them
                 _prepare(spec, owner=False)
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        trial = _ask(study)
-        with _heartbeat(study, trial._trial_id):
+        trial = ask(study)
+        with heartbeat(spec, study, trial):
             _work_one(spec, study, trial, on_trial)
 
 
@@ -464,7 +320,7 @@ def _attr(study, trial, key: str, value) -> None:
     from optuna.exceptions import UpdateFinishedTrialError
 
     try:
-        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+        trial.set_user_attr(key, value)
     except UpdateFinishedTrialError:
         pass
 
@@ -480,31 +336,30 @@ def _spare(study, trial, why: str = "spare") -> None:
 def _work_one(spec: SweepSpec, study, trial, on_trial) -> None:
     from optuna.trial import TrialState
 
-    fixed = trial._cached_frozen_trial.system_attrs.get("fixed_params")
-    if not fixed:  # another worker took the last queued trial first
+    queued = trial.user_attrs.get(KEY)
+    if not queued:  # another worker took the last queued trial first (``ask`` made a new one)
         _spare(study, trial)
         return
     seeds, arms = spec.exp.plan(spec.quick)[0], spec.arms()
-    # the queued values, read as they are: not Optuna parameters, whose categorical space could not
-    # grow when an experiment gains arms or seeds (the study would refuse every later trial)
-    arm, seed = fixed["arm"], fixed["seed"]
+    # the queued key, read as it is: not Optuna parameters, whose categorical space could not grow
+    # when an experiment gains arms or seeds (the study would refuse every later trial)
+    arm, seed = parse_key(queued)
     if arm not in arms or seed not in seeds:  # queued by an older version of the experiment
         _close(study, trial, TrialState.PRUNED)
         return
-    key = _key(arm, seed)
-    if any(t.user_attrs.get(KEY) == key for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+    if any(t.user_attrs.get(KEY) == queued for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         _spare(study, trial, "duplicate")  # queued twice (two machines' prepare at once): it is done
         return
-    lock, holder = _lock(spec.folder(arm, seed), trial._trial_id)
+    lock, holder = _lock(spec.folder(arm, seed), trial.number)
     if lock is None:  # already being trained elsewhere
-        if holder != trial._trial_id:  # (the same trial popped twice: its holder will close it)
+        if holder != trial.number:  # (the same trial popped twice: its holder will close it)
             _close(study, trial, TrialState.PRUNED)
         return
     if (value := finished_value(spec, spec.folder(arm, seed))) is not None:
         # finished before the study knew (restored from --records, or a lost study.db): recorded as
         # it is, with no on_trial call, which would count it again and average its 0 s into the pace
         lock.close()
-        _tell_done(study, trial, value, user_attrs={KEY: key})
+        _tell_done(study, trial, value, user_attrs={KEY: queued})
         return
     start = time.perf_counter()
     try:
@@ -528,7 +383,7 @@ def _work_one(spec: SweepSpec, study, trial, on_trial) -> None:
         return
     finally:
         lock.close()
-    _tell_done(study, trial, value, user_attrs={KEY: key})
+    _tell_done(study, trial, value, user_attrs={KEY: queued})
     if on_trial:
         on_trial(arm, seed, value, time.perf_counter() - start)
 
@@ -538,26 +393,6 @@ def _interrupt(*_):
 
 
 # ----------------------------------------------------------------------------- tuning
-def tune_study(spec: SweepSpec, arm: str):
-    """The arm's tuning study; each worker's sampler has its own seed (with one seed, two workers
-    propose the same start-up configurations in step: the second one's proposals were pruned or,
-    once the first had finished, re-read its folder and took a budget slot as a duplicate)."""
-    import optuna
-
-    from seeupo.data.episode import derive_seed
-
-    seed = derive_seed(spec.exp.name, arm, *([spec.worker] if spec.worker else [])) % (2 ** 31)  # worker 0: as before
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-    return optuna.create_study(study_name=f"{spec.study_name}-tune-{arm}", storage=_storage(spec), sampler=sampler,
-                               direction="maximize", load_if_exists=True)
-
-
-def params_key(params: dict) -> str:
-    import hashlib
-
-    return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=5).hexdigest()
-
-
 def tune_work(spec: SweepSpec, on_trial=None) -> None:
     """One worker of the tuning phase: TPE trials for each tuned arm until its budget is used. A
     trial runs one folder per tuning seed, ``DIR/tune/ARM/<params hash>/seed-S`` (the same parameters
@@ -571,16 +406,16 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
         study = tune_study(spec, arm)
         while True:
             with queue_lock(spec):
-                for t in _fail_stale(study):  # a dead worker's trial: its parameters again, its folders resumed
+                for t in fail_stale(study):  # a dead worker's trial: its parameters again, its folders resumed
                     if t.params:
                         study.enqueue_trial(t.params)
             trials = study.get_trials(deepcopy=False)
             used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-            failed, stopped = _failures(trials)
+            failed, stopped = failures(study, trials)
             if used >= budget or failed > spec.max_retries * budget or stopped > MAX_INTERRUPTIONS * budget:
                 break
-            trial = _ask(study)
-            with _heartbeat(study, trial._trial_id):
+            trial = ask(study)
+            with heartbeat(spec, study, trial):
                 if not _tune_one(spec, study, trial, arm, overrides, space, budget, seeds, on_trial):
                     break
 
@@ -588,8 +423,6 @@ def tune_work(spec: SweepSpec, on_trial=None) -> None:
 def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget: int, seeds, on_trial) -> bool:
     """One tuning trial; False when it came after the budget was used (given back, marked spare)."""
     from optuna.trial import TrialState
-
-    from seeupo.sweep.experiment import _yaml
 
     # the budget again, now that this trial has its number: every complete trial, and the running ones
     # asked before it (a worker that asked at the same time counts this one, or this one counts it)
@@ -600,14 +433,14 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
         return False
     params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
     folder = spec.out / "tune" / arm / params_key(params)
-    lock, holder = _lock(folder, trial._trial_id)
+    lock, holder = _lock(folder, trial.number)
     if lock is None:  # these parameters are being tried elsewhere
-        if holder != trial._trial_id:  # (the same queued trial popped twice: its holder closes it)
+        if holder != trial.number:  # (the same queued trial popped twice: its holder closes it)
             _close(study, trial, TrialState.PRUNED)
         return True
     start = time.perf_counter()
     try:
-        ov = [*overrides, *(f"{k}={_yaml(v)}" for k, v in params.items())]
+        ov = [*overrides, *(f"{k}={yaml_value(v)}" for k, v in params.items())]
         value = sum(run_folder(spec, folder / f"seed-{s}", ov, s) for s in seeds) / len(seeds)
     except Exception as e:  # noqa: BLE001 (recorded; the budget counts completed trials)
         if isinstance(e, TrialInterrupted):  # not a failure: the same parameters, queued again, resume
@@ -625,50 +458,6 @@ def _tune_one(spec: SweepSpec, study, trial, arm: str, overrides, space, budget:
     return True
 
 
-def tuned_arms(spec: SweepSpec) -> dict[str, dict]:
-    """Each tuned arm's best trial: ``{arm: {"params", "value", "trials", "overrides", "scores"}}``
-    (``scores``: every completed tuning trial's completion time, parameters and value; a tie goes to
-    the trial that completed first; arms without a completed trial are left out)."""
-    from optuna.trial import TrialState
-
-    from seeupo.sweep.experiment import _yaml
-
-    out = {}
-    for arm, (overrides, _) in spec.exp.tune_plan(spec.quick)[2].items():
-        study = tune_study(spec, arm)
-        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-        if not done:
-            continue
-        best = min(done, key=lambda t: (-t.value, completed_at(t), trial_uid(t)))  # a tie: the earlier one
-        out[arm] = {"params": best.params, "value": best.value, "trials": len(done),
-                    "overrides": [*overrides, *(f"{k}={_yaml(v)}" for k, v in best.params.items())],
-                    # every tuning trial's score, in the order they completed
-                    "scores": [{"completed": completed_at(t), "params": t.params, "value": t.value}
-                               for t in sorted(done, key=lambda t: (completed_at(t), trial_uid(t)))]}
-    return out
-
-
-def trial_uid(trial) -> str:
-    """A completed tuning trial's identity across machines: set when it is restored from --records,
-    else from when it started and its number in the study that ran it (numbers alone repeat: a study
-    restored elsewhere numbers its new trials from its own count)."""
-    return str(trial.user_attrs.get("uid") or f"{trial.datetime_start:%Y%m%dT%H%M%S.%f}-{trial.number}")
-
-
-def completed_at(trial) -> str:
-    """When a completed tuning trial completed, where it ran (kept by a restore): the tie-break."""
-    return str(trial.user_attrs.get("completed") or trial.datetime_complete.isoformat())
-
-
-def choose_tuned(spec: SweepSpec) -> dict[str, dict]:
-    """Each tuned arm's best configuration (``tuned_arms``) written to ``DIR/tuned.json`` and set as
-    the arm's overrides for the comparison trials."""
-    best = tuned_arms(spec)
-    (spec.out / "tuned.json").write_text(json.dumps(best, indent=1))
-    spec.tuned = {arm: b["overrides"] for arm, b in best.items()}
-    return best
-
-
 def _fail_running(spec: SweepSpec) -> None:
     """Local storage: tuning trials left RUNNING by a stopped sweep become FAIL, marked interrupted
     (not a failure), with their parameters queued again so the next run resumes their folders."""
@@ -677,8 +466,7 @@ def _fail_running(spec: SweepSpec) -> None:
     for arm in spec.exp.tune_plan(spec.quick)[2]:
         study = tune_study(spec, arm)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            interrupt(study, t.number)
             if t.params:
                 study.enqueue_trial(t.params)
 
@@ -735,7 +523,6 @@ def sweep(spec: SweepSpec, on_trial=None, say=print) -> dict:
 
 
 def _main_thread() -> bool:
-    import threading
 
     return threading.current_thread() is threading.main_thread()
 
@@ -747,8 +534,6 @@ def _sweep(spec: SweepSpec, on_trial) -> dict:
         _run_workers(spec, tune_work, on_trial)
         choose_tuned(spec)
         if spec.records is not None:  # the tuned arms' comparison trials, where they ran as now chosen
-            from seeupo.sweep import records
-
             records.restore(spec, spec.records)
     before = prepare(spec, owner=spec.storage is None)
     # a failed or interrupted trial is queued again by the next prepare(); rounds go on while trials end
@@ -768,4 +553,4 @@ def _ended(spec: SweepSpec) -> int:
     from optuna.trial import TrialState
 
     return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) and KEY in t.user_attrs
-               for t in _study(spec).get_trials(deepcopy=False))
+               for t in open_study(spec).get_trials(deepcopy=False))

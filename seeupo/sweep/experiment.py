@@ -178,7 +178,7 @@ class Experiment(BaseModel):
         _, arms = self.plan(quick)
         checks = list(arms.items())
         for arm, (ov, space) in self.tune_plan(quick)[2].items():
-            checks += [(arm, [*ov, f"{k}={_yaml(v)}"]) for k, vs in space.items() for v in vs]
+            checks += [(arm, [*ov, f"{k}={yaml_value(v)}"]) for k, vs in space.items() for v in vs]
         resolved: dict[str, str] = {}
         for arm, ov in checks:
             try:
@@ -194,7 +194,7 @@ class Experiment(BaseModel):
                 resolved[arm] = key
 
 
-def _yaml(value) -> str:
+def yaml_value(value) -> str:
     """A choice of a search space as an override value (parsed back as YAML)."""
     import json
 

@@ -28,6 +28,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from seeupo.sweep.study import choose_tuned, completed_at, finished_value, params_key, queue_lock, trial_uid, tune_study
+
 FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 META = "experiment.json"
 _MEMBER = re.compile(r"^trials/([^/]+)/seed-(-?\d+)/([^/]+)$")
@@ -86,7 +88,7 @@ def summaries(records: Path, name: str) -> dict[tuple[str, int], dict]:
 
 
 def packed_tuning(records: Path, name: str) -> set[tuple[str, str]]:
-    """The (tuned arm, trial identity: ``engine.trial_uid``) of every tuning trial some part named
+    """The (tuned arm, trial identity: ``study.trial_uid``) of every tuning trial some part named
     ``name`` holds."""
     return {(arm, t["uid"]) for part in parts(records, name)
             for arm, rec in (_read(part)[0].get("tune") or {}).items() for t in rec["trials"]}
@@ -117,8 +119,6 @@ def restore(spec, records: Path) -> dict[str, int]:
             for t in rec["trials"]:
                 counts["tuning"] += _restore_tuning(spec, part, arm, t, tuning)
     if tune_ident and spec.tuned is None and _tuning_done(spec):
-        from seeupo.sweep.engine import choose_tuned
-
         choose_tuned(spec)
         ident = _identity(spec)
     for part, meta, trials, _ in read:
@@ -187,8 +187,6 @@ def _restore_tuning(spec, part: Path, arm: str, t: dict, tuning: dict) -> int:
     import optuna
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import params_key, queue_lock, tune_study, finished_value, trial_uid
-
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     params, key = t["params"], t["key"]
     space = arms[arm][1]
@@ -217,8 +215,6 @@ def _tuning_done(spec) -> bool:
     """Every tuned arm's study holds as many completed trials as the budget."""
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import tune_study
-
     budget, _, arms = spec.exp.tune_plan(spec.quick)
     return all(sum(t.state == TrialState.COMPLETE for t in tune_study(spec, arm).get_trials(deepcopy=False)) >= budget
                for arm in arms)
@@ -228,8 +224,6 @@ def _tuning_trials(spec, have: set[tuple[str, str]]) -> dict[str, list[dict]]:
     """Each tuned arm's completed tuning trials that no part holds yet, in the order they completed
     (a configuration TPE proposed twice is two trials of one folder: both count towards the budget)."""
     from optuna.trial import TrialState
-
-    from seeupo.sweep.engine import params_key, tune_study, completed_at, trial_uid
 
     _, seeds, arms = spec.exp.tune_plan(spec.quick)
     out = {}

@@ -96,7 +96,7 @@ def schedule_line(sched) -> str:
             f"1 + {d['clip_eps_high']:g}]")
 
 
-def _mean_steps(records: list[dict]) -> float | None:
+def mean_steps(records: list[dict]) -> float | None:
     """Mean ``optimizer_steps`` over the iterations in ``metrics.jsonl`` (the measured schedule)."""
     steps = [r["optimizer_steps"] for r in records if "reward_mean" in r and "optimizer_steps" in r]
     return sum(steps) / len(steps) if steps else None

@@ -194,9 +194,9 @@ def shard(scorer: torch.nn.Module) -> torch.nn.Module:
     the global denominator."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    from seeupo.models.policy import _parts
+    from seeupo.models.policy import decoder_parts
 
-    for layer in _parts(scorer.model)[0].layers:
+    for layer in decoder_parts(scorer.model)[0].layers:
         fully_shard(layer)
     fully_shard(scorer)
     units = [m for m in scorer.modules() if isinstance(m, FSDPModule)]

@@ -24,7 +24,7 @@ from seeupo.train import checkpoint, memory, parallel
 from seeupo.train.config import Config, resolved_dump, save_config
 from seeupo.train import evaluation
 from seeupo.train.evaluation import EvalResult, evaluate, stage
-from seeupo.train.iteration import Updater, _mean_steps, health_warnings, schedule_line
+from seeupo.train.iteration import Updater, mean_steps, health_warnings, schedule_line
 from seeupo.train.runlog import NullLog, RunLog, code_version, dumps, platform_info, plot_curves, read_metrics  # noqa: F401
 from seeupo.train.stack import InputError, PolicyStack
 from seeupo.train.warmup import warmup
@@ -381,7 +381,7 @@ class Trainer:
             "estimator": cfg.algo.estimator_params(),  # the advantage estimator and the parameter values used
             "code": code_version(),
             "schedule": {**self.schedule.as_dict(),
-                         "optimizer_steps_per_iteration": _mean_steps(records) if main else None},
+                         "optimizer_steps_per_iteration": mean_steps(records) if main else None},
         }
         try:
             if main:

@@ -272,6 +272,7 @@ def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is
     import optuna
 
     from seeupo.sweep import engine, records
+    from seeupo.sweep import study as study_mod
 
     def spec(out, space=(0.0, 0.2), budget=3):
         path = tmp_path / "tune.yaml"
@@ -313,7 +314,7 @@ def test_records_carry_tuning_trials_in_their_order_and_only_where_the_tuning_is
     second = sorted(study.get_trials(), key=lambda t: t.number)[1]
     engine.tune_study(b, "tuned").add_trial(optuna.trial.create_trial(
         params={"algo.kl_coef": 0.0}, distributions=dist, value=0.5,
-        user_attrs={"uid": engine.trial_uid(second), "completed": engine.completed_at(second)}))
+        user_attrs={"uid": study_mod.trial_uid(second), "completed": study_mod.completed_at(second)}))
     got = records.restore(b, recs)
     assert got == {"restored": 2, "present": 0, "stale": 0, "tuning": 2}, got  # trial 1 was there already
     assert json.loads((b.out / "tuned.json").read_text()) == json.loads((a.out / "tuned.json").read_text())
@@ -335,18 +336,19 @@ def test_a_trial_popped_twice_is_trained_once_and_recorded_complete(tmp_path):
     recorded as complete (the cost sweep crashed with "Cannot tell a PRUNED trial")."""
     from optuna.trial import TrialState
 
-    from seeupo.sweep.engine import _lock, _study, _tell_done, prepare
+    from seeupo.sweep.engine import _lock, _tell_done, prepare
+    from seeupo.sweep.study import open_study
 
     exp = load_experiment(str(_experiment(tmp_path, {"a": ["algo.name=seeupo"]}, seeds=(0,))))
     spec = SweepSpec(exp, tmp_path / "out", quick=False, workers=1)
     spec.out.mkdir()
     assert prepare(spec)["queued"] == 1
-    study = _study(spec)
+    study = open_study(spec)
     trial = study.ask()
-    held, holder = _lock(spec.folder("a", 0), trial._trial_id)
-    again, holder = _lock(spec.folder("a", 0), trial._trial_id)
-    assert held is not None and again is None and holder == trial._trial_id  # the second sees who holds it
-    study._storage.set_trial_state_values(trial._trial_id, TrialState.PRUNED)  # closed meanwhile
+    held, holder = _lock(spec.folder("a", 0), trial.number)
+    again, holder = _lock(spec.folder("a", 0), trial.number)
+    assert held is not None and again is None and holder == trial.number  # the second sees who holds it
+    study.tell(trial.number, state=TrialState.PRUNED)  # closed meanwhile
     _tell_done(study, trial, 0.5, user_attrs={"key": "a/seed-0"})
     held.close()
     done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
@@ -445,7 +447,7 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
     study.enqueue_trial({"algo.kl_coef": 0.2})
     held = study.ask()  # the holder: popped by one worker ...
     params = {"algo.kl_coef": held.suggest_categorical("algo.kl_coef", [0.0, 0.2])}
-    lock, _ = engine._lock(spec.out / "tune" / "tuned" / engine.params_key(params), held._trial_id)
+    lock, _ = engine._lock(spec.out / "tune" / "tuned" / engine.params_key(params), held.number)
 
     class PoppedTwice:  # ... and the same trial handed to the other worker by its first ask
         def __init__(self):
@@ -465,14 +467,14 @@ def test_a_tuning_trial_popped_twice_is_left_to_its_holder_and_its_result_kept(t
     def run_folder(spec, folder, *a):  # the trial it trains is closed meanwhile by another worker
         trained.append(folder.parent)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t._trial_id != held._trial_id:
-                study._storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
+            if t.number != held.number:
+                study.tell(t.number, state=TrialState.PRUNED)
         return 0.5
 
     monkeypatch.setattr(engine, "tune_study", lambda spec, arm: PoppedTwice())
     monkeypatch.setattr(engine, "run_folder", run_folder)
     engine.tune_work(spec)  # budget 2: the held trial and one more
-    assert study._storage.get_trial(held._trial_id).state == TrialState.RUNNING
+    assert study.get_trials()[held.number].state == TrialState.RUNNING
     other = {"algo.kl_coef": 0.0}
     assert trained == [spec.out / "tune" / "tuned" / engine.params_key(other)]
     done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seeupo.sweep.engine import KEY, SweepSpec
+from seeupo.sweep.study import KEY, SweepSpec
 from seeupo.sweep.experiment import load_experiment
 
 SMALL = ["warmup.episodes=16", "warmup.epochs=1", "eval.tasks=2", "eval.k=2", "rollout.tasks_per_iteration=2",
@@ -89,7 +89,10 @@ def test_a_dead_workers_trial_is_queued_again_and_resumed_by_another(tmp_path):
     for key, ts in by_key.items():
         assert [t.state.name for t in ts].count("COMPLETE") == 1, (key, [t.state.name for t in ts])
     dead = [t for t in by_key[killed] if t.state.name == "FAIL"]
-    assert len(dead) == 1 and dead[0].user_attrs["stale"] and dead[0].user_attrs["interrupted"]
+    import optuna
+
+    marks = optuna.load_study(study_name="mini", storage=url).user_attrs  # failed by Optuna's fail_stale_trials
+    assert len(dead) == 1 and marks[f"interrupted:{dead[0].number}"] == "stale"
     for seed in (0, 1):
         f = out / "trials" / "a" / f"seed-{seed}"
         log = (f / "train.log").read_text()
@@ -118,25 +121,28 @@ def test_a_stale_trial_is_failed_as_interrupted_and_queued_again_a_live_one_is_n
     from optuna.trial import TrialState
 
     from seeupo.sweep import engine
+    from seeupo.sweep import study as sweep_study
 
     spec = _spec(tmp_path, max_retries=0)
     assert engine.prepare(spec, owner=False) == {"done": 0, "queued": 2, "given_up": 0}
-    study = engine._study(spec)
-    dead, live = engine._ask(study), engine._ask(study)
-    study._storage.record_heartbeat(dead._trial_id)  # then its machine dies
+    study = sweep_study.open_study(spec)
+    dead, live = sweep_study.ask(study), sweep_study.ask(study)
+    with sweep_study.heartbeat(spec, study, dead):  # one beat, then its machine dies
+        pass
     tune = engine.tune_study(spec, "tuned")
-    gone = engine._ask(tune)
+    gone = sweep_study.ask(tune)
     gone.suggest_categorical("algo.kl_coef", [0.0, 0.2])
-    tune._storage.record_heartbeat(gone._trial_id)
-    with engine._heartbeat(study, live._trial_id):
+    with sweep_study.heartbeat(spec, tune, gone):
+        pass
+    with sweep_study.heartbeat(spec, study, live):
         time.sleep(5.5)  # over 3 heartbeats of 1 s (the database's clock counts whole seconds)
         assert engine.prepare(spec, owner=False) == {"done": 0, "queued": 2, "given_up": 0}
     states = {t.number: t for t in study.get_trials()}
-    assert states[dead.number].state == TrialState.FAIL and states[dead.number].user_attrs["stale"]
+    assert states[dead.number].state == TrialState.FAIL and study.user_attrs[f"interrupted:{dead.number}"] == "stale"
     assert states[live.number].state == TrialState.RUNNING
     assert [t.user_attrs[KEY] for t in study.get_trials(states=(TrialState.WAITING,))] == [
         states[dead.number].user_attrs[KEY]]
-    assert engine._failures(study.get_trials()) == (0, 1)  # an interruption, not a failure (max_retries 0)
+    assert sweep_study.failures(study, study.get_trials()) == (0, 1)  # an interruption, not a failure (max_retries 0)
 
     trained = []
 
@@ -149,7 +155,8 @@ def test_a_stale_trial_is_failed_as_interrupted_and_queued_again_a_live_one_is_n
         engine.tune_work(spec)  # the stale tuning trial: failed, its parameters queued and tried again
     trials = tune.get_trials()
     # the budget, the stale trial not counted; and no trial asked once the budget was seen used
-    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"] and trials[0].user_attrs["stale"]
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert tune.user_attrs[f"interrupted:{trials[0].number}"] == "stale"
     assert trials[1].system_attrs.get("fixed_params") == trials[0].params  # queued again, not TPE's pick
     assert trials[1].params == trials[0].params and len(trained) == 2
 
@@ -162,6 +169,7 @@ def test_two_tuning_workers_asking_for_the_last_slot_train_one_trial(tmp_path, m
     from optuna.trial import TrialState
 
     from seeupo.sweep import engine
+    from seeupo.sweep import study as sweep_study
 
     spec = _spec(tmp_path)
     study = engine.tune_study(spec, "tuned")
@@ -175,10 +183,10 @@ def test_two_tuning_workers_asking_for_the_last_slot_train_one_trial(tmp_path, m
 
         def ask(self):
             if other_first and not other:
-                other.append(engine._ask(study))
-            mine = engine._ask(study)
+                other.append(sweep_study.ask(study))
+            mine = sweep_study.ask(study)
             if not other:
-                other.append(engine._ask(study))
+                other.append(sweep_study.ask(study))
             return mine
 
     trained = []
@@ -188,11 +196,11 @@ def test_two_tuning_workers_asking_for_the_last_slot_train_one_trial(tmp_path, m
     mine = [t for t in study.get_trials() if t.number not in (0, other[0].number)]
     if other_first:  # second by number: given back, nothing trained
         assert trained == [] and [t.state for t in mine] == [TrialState.PRUNED] and mine[0].user_attrs["spare"]
-        assert study._storage.get_trial(other[0]._trial_id).state == TrialState.RUNNING  # the other one trains
+        assert study.get_trials()[other[0].number].state == TrialState.RUNNING  # the other one trains
     else:  # first: trains; the other worker's recount gives its trial back
         assert len(trained) == 1 and [t.state for t in mine] == [TrialState.COMPLETE]
         assert not engine._tune_one(spec, study, other[0], "tuned", [], {"algo.kl_coef": [0.0, 0.2]}, 2, [100], None)
-        assert study._storage.get_trial(other[0]._trial_id).state == TrialState.PRUNED and len(trained) == 1
+        assert study.get_trials()[other[0].number].state == TrialState.PRUNED and len(trained) == 1
 
 
 def test_a_restore_stopped_midway_leaves_no_folder_that_looks_finished(tmp_path, monkeypatch):

@@ -26,11 +26,3 @@ def test_the_moved_experiment_loads_by_name():
     assert len(exp.arms) == 14
 
 
-def test_records_import_no_private_name_of_another_module():
-    """seeupo.sweep.records reads the engine through its public names only (issue 61)."""
-    import ast
-
-    tree = ast.parse((ROOT / "seeupo" / "sweep" / "records.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("seeupo"):
-            assert not [a.name for a in node.names if a.name.startswith("_")], node.module
