@@ -79,3 +79,18 @@ def progress_display(console: Console, *, quiet: bool = False):
         return LineProgress(console)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False, disable=quiet)
+
+
+def rl_bar(bar, total: int):
+    """``Trainer.run``'s ``progress(done, record)``: an "RL" task on ``bar``, added when RL starts (after
+    the warm-up and the evaluation before RL), showing the last iteration's reward and success."""
+    task = None
+
+    def on_iteration(done: int, record: dict | None) -> None:
+        nonlocal task
+        if task is None:
+            task = bar.add_task("RL", total=total, completed=done)
+        if record is not None:
+            bar.update(task, completed=done, description=(
+                f"RL  reward {record['reward_mean']:.3f}  success {record['success_rate']:.2f}"))
+    return on_iteration

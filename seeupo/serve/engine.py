@@ -184,6 +184,13 @@ class ChatEngine:
     sampling temperature, or None to honour each request's (standalone serving). ``max_new_tokens``:
     the most tokens a reply may have (a request's ``max_tokens`` may ask for fewer)."""
 
+    @classmethod
+    def from_config(cls, sampler, chat, cfg, **kw) -> "ChatEngine":
+        """The engine a run's config describes (model name, tool-call parser, tool role, context, batching
+        wait); ``kw`` sets the rest (``max_new_tokens``, ``temperature``, ``max_calls``)."""
+        return cls(sampler, chat, model_name=cfg.model.name, parser=cfg.serve.parser, tool_role=cfg.serve.tool_role,
+                   max_context=cfg.rollout.max_context, max_wait_s=cfg.serve.max_wait_ms / 1000, **kw)
+
     def __init__(self, sampler, chat, *, model_name: str, parser: str = "json", tool_role: str = "user",
                  max_context: int = 2048, max_new_tokens: int = 256, temperature: float | None = None,
                  max_calls: int | None = None, max_wait_s: float = 0.01, recorder: Recorder | None = None):

@@ -164,3 +164,35 @@ def turn_plot(records: list[dict], path: Path, title: str = "") -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def write_run_report(out: Path) -> list[str]:
+    """``seeupo report RUN``: one run's per-turn analysis written as turns.json, turns.md and turns.png;
+    returns the lines to show (the table, then what was written)."""
+    import json
+
+    from seeupo.errors import UsageError
+    from seeupo.train.runlog import dumps, read_metrics
+
+    records = read_metrics(out)
+    summary = turn_summary(records)
+    if not summary:
+        raise UsageError(f"{out}/metrics.jsonl has no training iteration with per-turn records yet")
+    (out / "turns.json").write_text(dumps(summary, indent=1) + "\n")
+    head = []
+    if (out / "summary.json").exists():
+        sm = json.loads((out / "summary.json").read_text())
+        b, a = sm.get("eval_before") or {}, sm.get("eval_after") or {}
+        if b and a:
+            head = [f"Held-out avg@{a.get('k')}: {b['avg@k']:.3f} before RL -> {a['avg@k']:.3f} after; pass@"
+                    f"{a.get('k')}: {b['pass@k']:.3f} -> {a['pass@k']:.3f}.", ""]
+    lines = [f"# Per turn: {out}", "", *head,
+             "Training iterations, per turn: the mean over the first third of the run -> over the last third "
+             "(rows: episodes that reached the turn; factor: SeeUPO's carried weight; turn ratio: the "
+             "turn's ratio after its phase's update; half-rise: the first iteration at which the turn's trailing "
+             "3-iteration mean went half the way from its early mean to its late one, '-' where it moved by less "
+             "than 0.05 in success or 0.01 in advantage, or no full window got there).", "", *summary_markdown(summary)]
+    (out / "turns.md").write_text("\n".join(lines) + "\n")
+    plot = turn_plot(records, out / "turns.png", title=str(out))
+    return ["\n".join(summary_markdown(summary)),
+            f"wrote {out / 'turns.json'}, {out / 'turns.md'}" + (f" and {plot}" if plot else "")]

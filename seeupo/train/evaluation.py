@@ -192,3 +192,26 @@ def empty_policy(chat: Chat) -> ScriptedPolicy:
 
 
 SCRIPTED_POLICIES = {"oracle": oracle_policy, "empty": empty_policy}
+
+
+def result_table(res, title: str):
+    """An evaluation's avg@k and pass@k per task category (and over all, with several) as a terminal table."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("category", "tasks", f"avg@{res.k}", f"pass@{res.k}"):
+        t.add_column(col)
+    rows = list(res.by_category.items())
+    if len(rows) > 1:
+        rows.append(("all", {"tasks": res.tasks, "avg@k": res.avg, "pass@k": res.passk}))
+    for name, r in rows:
+        t.add_row(name, str(r["tasks"]), f"{r['avg@k']:.3f}", f"{r['pass@k']:.3f}")
+    return t
+
+
+def summary_line(res, seconds: float) -> str:
+    """avg@k, pass@k and the per-episode counts of an evaluation, on one line."""
+    st, k = res.stats, res.k
+    return (f"avg@{k} {res.avg:.3f}  pass@{k} {res.passk:.3f}  ({res.tasks} tasks x {k}, {seconds:.0f} s); per "
+            f"episode: {st['episode/turns']:.1f} model calls, tool-call error rate {st['tool/error_rate']:.2f}, ended "
+            f"by context {st['episode/end_context']:.2f}, by max_turns {st['episode/end_max_turns']:.2f}")
