@@ -55,10 +55,10 @@ def reset(trainer, init: dict) -> None:
     import torch
 
     with torch.no_grad():
-        for n, p in trainer.named_params:
+        for n, p in trainer.stack.named_params:
             p.copy_(init[n])
-    trainer.optimizer.state.clear()
-    trainer.reference_state = {n: v.clone() for n, v in init.items()} if trainer.cfg.algo.kl_coef > 0 else None
+    trainer.updater.optimizer.state.clear()
+    trainer.updater.reference_state = {n: v.clone() for n, v in init.items()} if trainer.cfg.algo.kl_coef > 0 else None
 
 
 def loglog_slope(x: list[float], y: list[float]) -> float:

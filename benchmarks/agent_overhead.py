@@ -65,43 +65,43 @@ def main(argv=None) -> dict:
                                *([f"model.name={args.model}", "model.lora=true"] if args.model else []), *EXTRA, f"rollout.agent={ROOT}/examples/agents/lookup_agent.py:run"])
     tr = Trainer(cfg, overwrite=True)
     tr._warmup()
-    tasks = tr.family.tasks("train")
+    tasks = tr.stack.family.tasks("train")
     group = 8
     out: dict = {"episodes": episodes, "rounds": rounds, "model": cfg.model.name, "transport": cfg.serve.transport,
                  "rounds_s": []}
     warm = [(tasks[i], i, 0, derive_seed(4, i)) for i in range(8)]  # untimed: first calls of both paths
     with torch.no_grad():
-        run_episodes(tr.sampler, tr.chat, tr.family, warm, tr.limits)
+        run_episodes(tr.stack.sampler, tr.stack.chat, tr.stack.family, warm, tr.stack.limits)
     http = None
     if args.http:  # a second endpoint on the same sampler, over a socket
         http = tr.stack._agent_source(transport="http")
-        tr.sampler.retain = http.engine.recorder.is_open
+        tr.stack.sampler.retain = http.engine.recorder.is_open
         http.run(warm)
-    tr.sampler.retain = tr.agent.engine.recorder.is_open  # (one sampler, the endpoint that runs keeps its prefixes)
-    tr.agent.run(warm)
+    tr.stack.sampler.retain = tr.stack.agent.engine.recorder.is_open  # (one sampler, the endpoint that runs keeps its prefixes)
+    tr.stack.agent.run(warm)
     for r in range(rounds):
         jobs = [(tasks[(r * 97 + i // group) % len(tasks)], i // group, i % group, derive_seed(5, r, i))
                 for i in range(episodes)]
-        pre0 = tr.sampler.prefilled_tokens
+        pre0 = tr.stack.sampler.prefilled_tokens
         t0 = time.perf_counter()
         with torch.no_grad():
-            built_in = run_episodes(tr.sampler, tr.chat, tr.family, jobs, tr.limits)
+            built_in = run_episodes(tr.stack.sampler, tr.stack.chat, tr.stack.family, jobs, tr.stack.limits)
         t_builtin = time.perf_counter() - t0
-        pre1 = tr.sampler.prefilled_tokens
-        batches0, requests0, sampling0 = tr.agent.engine.batches, tr.agent.engine.requests, tr.agent.engine.sample_seconds
+        pre1 = tr.stack.sampler.prefilled_tokens
+        batches0, requests0, sampling0 = tr.stack.agent.engine.batches, tr.stack.agent.engine.requests, tr.stack.agent.engine.sample_seconds
         t0 = time.perf_counter()
-        agent = tr.agent.run(jobs)
+        agent = tr.stack.agent.run(jobs)
         t_agent = time.perf_counter() - t0
-        pre2 = tr.sampler.prefilled_tokens
+        pre2 = tr.stack.sampler.prefilled_tokens
         if http is not None:
-            tr.sampler.retain = http.engine.recorder.is_open
+            tr.stack.sampler.retain = http.engine.recorder.is_open
             t0 = time.perf_counter()
             over_http = http.run(jobs)
             t_http = time.perf_counter() - t0
-            tr.sampler.retain = tr.agent.engine.recorder.is_open
-        per_batch = (tr.agent.engine.requests - requests0) / max(tr.agent.engine.batches - batches0, 1)
+            tr.stack.sampler.retain = tr.stack.agent.engine.recorder.is_open
+        per_batch = (tr.stack.agent.engine.requests - requests0) / max(tr.stack.agent.engine.batches - batches0, 1)
         same = sum(_sampled(a) == _sampled(b) for a, b in zip(agent, built_in)) / len(jobs)
-        in_sampler = tr.agent.engine.sample_seconds - sampling0
+        in_sampler = tr.stack.agent.engine.sample_seconds - sampling0
         out["rounds_s"].append({"built_in": t_builtin, "agent": t_agent, "agent_in_sampler": in_sampler,
                                 "requests_per_batch": per_batch,
                                 "identical_episodes": same,

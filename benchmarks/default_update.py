@@ -67,12 +67,12 @@ def main(argv=None) -> dict:
     if warm:
         tr._warmup()
     t_warm = time.perf_counter() - t0
-    init = {n: p.detach().clone() for n, p in tr.named_params}
+    init = {n: p.detach().clone() for n, p in tr.stack.named_params}
     reset(tr, init)
     t0 = time.perf_counter()
     episodes = tr._episodes(0)
     t_roll = time.perf_counter() - t0
-    rows = turn_rows(episodes, tr.tokenizer.pad_token_id)
+    rows = turn_rows(episodes, tr.stack.tokenizer.pad_token_id)
     tokens = int(rows.attention_mask.sum())
 
     records = {}
@@ -96,7 +96,7 @@ def main(argv=None) -> dict:
         times, peaks = {b: [] for b in budgets}, {b: [] for b in budgets}
         for r in range(args.rounds):
             for b in budgets:
-                tr.cfg.optim.micro_batch_tokens = b
+                tr.stack.micro_batch_tokens = b  # the budget the learner reads (the stack's own)
                 memory.trim()
                 memory.reset_peak()
                 times[b].append(timed(True))
@@ -131,7 +131,7 @@ def main(argv=None) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     reset(tr, init)
     sub = rows.select(torch.arange(min(24, len(rows))))
-    lp = {share: score(tr.learner_model, sub, temperature=1.0, budget_tokens=cfg.optim.micro_batch_tokens, share=share)[0]
+    lp = {share: score(tr.stack.learner_model, sub, temperature=1.0, budget_tokens=tr.stack.micro_batch_tokens, share=share)[0]
           for share in (False, True)}
     gap = float(((lp[True] - lp[False]).abs() * sub.loss_mask).max())
     out = {"model": model_name, "warmup": warm, "episodes": len(episodes),

@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
     model_name = args.model or ("tiny-random:4x128" if args.quick else "smollm2-135m-instruct")
 
     from seeupo.data.episode import trajectory_rows
-    from seeupo.models.policy import _parts
+    from seeupo.models.policy import decoder_parts
     from seeupo.train.config import load_config
     from seeupo.train.learner import adamw, micro_batches
     from seeupo.train.trainer import Trainer
@@ -49,15 +49,15 @@ def main(argv=None) -> dict:
                                   "run.loggers=[]",
                                   "run.out=/tmp/seeupo-bench"])
     tr = Trainer(cfg)
-    pad = tr.tokenizer.pad_token_id
-    episodes = synthetic_episodes([args.turns] * args.episodes, vocab=len(tr.tokenizer))
-    score_sampling_logp(tr.model, episodes, pad)
+    pad = tr.stack.tokenizer.pad_token_id
+    episodes = synthetic_episodes([args.turns] * args.episodes, vocab=len(tr.stack.tokenizer))
+    score_sampling_logp(tr.stack.model, episodes, pad)
     rows = trajectory_rows(episodes, pad)
     tokens = int(rows.attention_mask.sum())
-    groups = micro_batches(rows, cfg.optim.micro_batch_tokens)
+    groups = micro_batches(rows, tr.stack.micro_batch_tokens)  # the learner's budget (fit_memory may lower the configured one)
     adv = torch.randn(len(rows))
-    init = {n: p.detach().clone() for n, p in tr.named_params}
-    bare_opt = adamw(tr.params, cfg.optim.lr)  # the optimizer our learner builds (fused where it can be)
+    init = {n: p.detach().clone() for n, p in tr.stack.named_params}
+    bare_opt = adamw(tr.stack.params, cfg.optim.lr)  # the optimizer our learner builds (fused where it can be)
 
     def ours() -> float:
         reset(tr, init)
@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
         tr.update(episodes, 0)
         return time.perf_counter() - t0
 
-    decoder, lm_head = _parts(tr.model)
+    decoder, lm_head = decoder_parts(tr.stack.model)
 
     def bare(sliced: bool = False) -> float:
         reset(tr, init)
@@ -83,16 +83,16 @@ def main(argv=None) -> dict:
                 logits, targets, w = lm_head(h[sel]).float(), targets[sel], w[sel]
                 weight = torch.ones_like(w)
             else:
-                logits = tr.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
+                logits = tr.stack.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
                 weight = mask
             logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             loss = -(logp * weight * w).sum() / n_gen
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(tr.params, 1.0)
+        torch.nn.utils.clip_grad_norm_(tr.stack.params, 1.0)
         bare_opt.step()
         return time.perf_counter() - t0
 
-    tr.model.train()
+    tr.stack.model.train()
     times = {"ours": [], "bare": [], "bare_sliced": []}
     for r in range(args.rounds + 1):  # round 0 untimed
         for name, fn in (("ours", ours), ("bare", bare), ("bare_sliced", lambda: bare(True))):

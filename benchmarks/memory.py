@@ -89,22 +89,22 @@ def main(argv=None) -> dict:
         return result
 
     tr = phase("load", lambda: Trainer(cfg))
-    held["weights_gb"] = round(memory.tensor_gb(tr.model.parameters()), 3)
-    held["trainable_gb"] = round(memory.tensor_gb(tr.params), 4)
-    held["micro_batch_tokens"] = cfg.optim.micro_batch_tokens
-    if tr.warmup_enabled():
+    held["weights_gb"] = round(memory.tensor_gb(tr.stack.model.parameters()), 3)
+    held["trainable_gb"] = round(memory.tensor_gb(tr.stack.params), 4)
+    held["micro_batch_tokens"] = tr.stack.micro_batch_tokens  # the budget the run uses (fit_memory may lower it)
+    if tr.stack.warmup_enabled():
         phase("warm-up", tr._warmup, count=True)
     if cfg.algo.kl_coef > 0:
-        tr.reference_state = checkpoint.trainable_state(tr.named_params)
-        held["kl_reference_gb"] = round(memory.tensor_gb(tr.reference_state.values()), 4)
+        tr.updater.reference_state = checkpoint.trainable_state(tr.stack.named_params)
+        held["kl_reference_gb"] = round(memory.tensor_gb(tr.updater.reference_state.values()), 4)
     phase("evaluation", tr.evaluate)
-    held["sampler_kv_after_eval_gb"] = round(_kv_gb(tr.sampler), 3)
+    held["sampler_kv_after_eval_gb"] = round(_kv_gb(tr.stack.sampler), 3)
     episodes = phase("rollout", lambda: tr._episodes(0))
-    held["sampler_kv_after_rollout_gb"] = round(_kv_gb(tr.sampler), 3)
+    held["sampler_kv_after_rollout_gb"] = round(_kv_gb(tr.stack.sampler), 3)
     held["rollout_tokens"] = sum(len(e.ids) for e in episodes)
     phase("update", lambda: tr.update(episodes, 0), count=True)
     held["optimizer_gb"] = round(memory.tensor_gb(
-        [t for st in tr.optimizer.state.values() for t in st.values() if torch.is_tensor(t)]), 4)
+        [t for st in tr.updater.optimizer.state.values() for t in st.values() if torch.is_tensor(t)]), 4)
     print("held: " + ", ".join(f"{k} {v}" for k, v in held.items()))
     res = {"before": args.before, "preset": args.preset, "overrides": args.overrides, "phases": phases,
            "held": held, "peak_gb": max(p["peak_gb"] for p in phases),

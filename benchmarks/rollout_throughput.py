@@ -43,21 +43,21 @@ def main(argv=None) -> dict:
                  "run.out=/tmp/seeupo-bench", f"rollout.max_new_tokens={new_tokens}"]
     cfg = load_config("default", overrides)
     tr = Trainer(cfg)
-    tasks = tr.family.tasks("train")
+    tasks = tr.stack.family.tasks("train")
     jobs = [(tasks[i % len(tasks)], i, 0, derive_seed(11, i)) for i in range(args.episodes)]
 
     def run(batch, tr=tr):
         t0 = time.perf_counter()
         with torch.no_grad():
-            eps = [e for b in batch for e in run_episodes(tr.sampler, tr.chat, tr.family, b, tr.limits)]
+            eps = [e for b in batch for e in run_episodes(tr.stack.sampler, tr.stack.chat, tr.stack.family, b, tr.stack.limits)]
         return time.perf_counter() - t0, eps
 
     run([jobs[:2]])  # warm-up, untimed
     t_batched, batched = run([jobs])
     t_loop, looped = run([[j] for j in jobs])
-    tr.sampler.prefix_cache = False  # the batched runner again, every turn pre-filling the whole history
+    tr.stack.sampler.prefix_cache = False  # the batched runner again, every turn pre-filling the whole history
     t_nocache, _ = run([jobs])
-    tr.sampler.prefix_cache = True
+    tr.stack.sampler.prefix_cache = True
     same = sum(a.ids == b.ids for a, b in zip(batched, looped)) / len(jobs)  # float noise may flip a rare draw
     tokens = sum(sum(e.gen_mask) for e in batched)
     out = {"model": args.model, "episodes": args.episodes, "generated_tokens": tokens,

@@ -70,15 +70,15 @@ def main(argv=None) -> dict:
               "warmup.enabled=off", "run.loggers=[]", "run.out=/tmp/seeupo-bench"]
     trainers = {name: Trainer(load_config(preset, common + extra)) for name, (preset, extra) in variants.items()}
     base = trainers["seeupo"]
-    init = {n: p.detach().clone() for n, p in base.named_params}
+    init = {n: p.detach().clone() for n, p in base.stack.named_params}
 
     # identical stored rollouts for every variant
-    tasks = base.family.tasks("train")[: args.tasks]
+    tasks = base.stack.family.tasks("train")[: args.tasks]
     jobs = [(t, i, g, derive_seed(7, t.id, g)) for i, t in enumerate(tasks) for g in range(args.group)]
-    demo = ScriptedPolicy(lambda env, rng: env.demo_action(rng), base.chat.encode, base.chat.eos_id)
-    episodes = run_episodes(demo, base.chat, base.family, jobs, base.limits)
-    rows = trajectory_rows(episodes, base.tokenizer.pad_token_id)
-    logp, _ = score(base.model, rows, temperature=1.0, budget_tokens=4096)
+    demo = ScriptedPolicy(lambda env, rng: env.demo_action(rng), base.stack.chat.encode, base.stack.chat.eos_id)
+    episodes = run_episodes(demo, base.stack.chat, base.stack.family, jobs, base.stack.limits)
+    rows = trajectory_rows(episodes, base.stack.tokenizer.pad_token_id)
+    logp, _ = score(base.stack.model, rows, temperature=1.0, budget_tokens=4096)
     for i, e in enumerate(episodes):
         e.logp = [float(x) if m else 0.0 for x, m in zip(logp[i, : len(e.ids)].tolist(), e.gen_mask)]
     turns = [e.n_turns for e in episodes]

@@ -59,13 +59,13 @@ def main(argv=None) -> dict:
               "run.out=/tmp/seeupo-bench"]
     trainers = {n: Trainer(load_config("default", common + extra)) for n, extra in VARIANTS.items()}
     base = trainers["seeupo"]
-    pad = base.tokenizer.pad_token_id
-    init = {n: p.detach().clone() for n, p in base.named_params}
+    pad = base.stack.tokenizer.pad_token_id
+    init = {n: p.detach().clone() for n, p in base.stack.named_params}
 
     results = {}
     for name, lengths in settings(args.quick).items():
-        episodes = synthetic_episodes(lengths, vocab=len(base.tokenizer))
-        score_sampling_logp(base.model, episodes, pad)
+        episodes = synthetic_episodes(lengths, vocab=len(base.stack.tokenizer))
+        score_sampling_logp(base.stack.model, episodes, pad)
         pools = turn_rows(episodes, pad)
         times = {v: [] for v in VARIANTS}
         for r in range(rounds + 1):  # round 0 untimed

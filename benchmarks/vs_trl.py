@@ -87,7 +87,7 @@ def run_ours(steps: int, lr: float) -> tuple[list[float], float]:
                                   f"optim.lr={lr}", "warmup.enabled=off", "run.loggers=[]",
                                   "run.out=/tmp/seeupo-bench", "rollout.max_new_tokens=32"])
     tr = Trainer(cfg)
-    prompts = [tr.chat.encode(tr.chat.render([{"role": "user", "content": prompt_text(a, b)}], generation_prompt=True))
+    prompts = [tr.stack.chat.encode(tr.stack.chat.render([{"role": "user", "content": prompt_text(a, b)}], generation_prompt=True))
                for a, b in PROMPTS]
     times, rewards = [], []
     for it in range(steps + 1):
@@ -95,7 +95,7 @@ def run_ours(steps: int, lr: float) -> tuple[list[float], float]:
         ids = [p for p in prompts for _ in range(8)]
         gens = [torch.Generator().manual_seed(derive_seed(0, it, i)) for i in range(len(ids))]
         with torch.no_grad():
-            samples = tr.sampler.generate(ids, gens, [32] * len(ids))
+            samples = tr.stack.sampler.generate(ids, gens, [32] * len(ids))
         episodes = []
         for i, (p, s) in enumerate(zip(ids, samples)):
             a, b = PROMPTS[i // 8]
@@ -103,7 +103,7 @@ def run_ours(steps: int, lr: float) -> tuple[list[float], float]:
             e.append(p)
             e.append(s.ids, turn=0, logp=s.logp)
             e.turn_ends.append(len(e.ids))
-            e.step_rewards.append(reward(tr.chat.decode(s.ids), a + b))
+            e.step_rewards.append(reward(tr.stack.chat.decode(s.ids), a + b))
             e.end_reason = "done"
             episodes.append(e)
         tr.update(episodes, it)

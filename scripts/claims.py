@@ -31,6 +31,9 @@ Kinds:
   (training iterations' early third -> late third per turn, and when each turn's success and
   advantage moved: the half-rise);
 - ``seeds:EXPERIMENT`` — each arm's metric after RL on every seed;
+- ``provenance:EXPERIMENT`` — where and how long its trials ran, from each restored trial's
+  ``summary.json`` (``platforms``, ``wall_seconds``): per platform the arms and seeds, the trial count and
+  each trial's wall time (median, range, sum); the readings name no machine or day, this table does;
 - ``tuned:EXPERIMENT`` — a tuned experiment's chosen configurations (its ``tuned.json``): per tuned
   arm the values chosen, the tuning score, the number of tuning trials and of distinct configurations among them;
 - ``lab-limits`` / ``lab-turn-rows`` / ``lab-reach-turn`` — ``seeupo lab limits``' table and the
@@ -241,6 +244,72 @@ def seeds_table(name: str) -> str:
         cells = [a["per_seed"].get(str(s), {}).get("after") for s in seeds]
         lines.append(f"| {a['name']} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells) + " |")
     return "\n".join(lines) + f"\n\n{res['metric']} after RL per seed."
+
+
+def _seed_ranges(seeds) -> str:
+    """``[0, 1, 2, 4]`` -> ``0-2, 4``.
+
+    >>> _seed_ranges([0, 1, 2, 4, 6, 7])
+    '0-2, 4, 6-7'
+    """
+    seeds, out = sorted(seeds), []
+    for s in seeds:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _walls(walls: list[float]) -> str:
+    """Median [min, max] of trial wall times, in seconds or, where the median is 10 minutes or more, minutes.
+
+    >>> _walls([100, 200, 700])
+    '200 s [100, 700]'
+    """
+    import statistics
+
+    med = statistics.median(walls)
+    unit, f = ("min", lambda x: f"{x / 60:.1f}") if med >= 600 else ("s", lambda x: f"{x:.0f}")
+    return f"{f(med)} {unit} [{f(min(walls))}, {f(max(walls))}]"
+
+
+def provenance_table(name: str) -> str:
+    """``provenance:EXPERIMENT``: where each trial of the experiment's records ran and how long it took,
+    per platform (``seeupo.sweep.report.platform_label``: the CPU with the kernel level torch dispatched,
+    a GPU if any, the packages): the arms (with the seeds, where not all of an arm's seeds ran there),
+    the trials, each trial's ``wall_seconds`` (median and range) and their sum. The readings leave
+    where and when to this table and the records."""
+    import json
+    from collections import defaultdict
+
+    from seeupo.sweep.report import platform_label
+
+    res, folder = results(name), sweep_folder(name)
+    by = defaultdict(lambda: defaultdict(list))  # platform -> arm -> [(seed, wall)]
+    threads: set = set()
+    for a in res["arms"]:
+        for s in sorted(a["per_seed"], key=int):
+            summ = json.loads((folder / "trials" / a["name"] / f"seed-{s}" / "summary.json").read_text())
+            by[platform_label(summ)][a["name"]].append((int(s), summ["wall_seconds"]))
+            threads.update(p.get("threads") for p in summ.get("platforms") or [])
+    n_seeds = {a["name"]: len(a["per_seed"]) for a in res["arms"]}
+    lines = ["| platform | arms (seeds) | trials | wall time per trial: median [min, max] | sum |", "|---|---|---|---|---|"]
+    for plat, arms in sorted(by.items(), key=lambda kv: (-sum(len(v) for v in kv[1].values()), kv[0])):
+        walls = [w for v in arms.values() for _, w in v]
+        if len(by) == 1:
+            cell = "every arm"
+        elif len(arms) > 8:
+            cell = f"{len(arms)} arms" + ("" if all(len(v) == n_seeds[k] for k, v in arms.items()) else ", some seeds")
+        else:
+            cell = ", ".join(k if len(v) == n_seeds[k] else f"{k} ({_seed_ranges(s for s, _ in v)})"
+                             for k, v in arms.items())
+        lines.append(f"| {plat} | {cell} | {len(walls)} | {_walls(walls)} | {sum(walls) / 3600:.1f} h |")
+    return "\n".join(lines) + (
+        f"\n\nWhere the {sum(len(v) for p in by.values() for v in p.values())} trials of `{name}` ran (each trial's "
+        "`platforms` in its summary.json; " + ("one thread each" if threads == {1} else
+        "threads " + ", ".join(sorted(map(str, threads)))) + ") and their `wall_seconds`: a trial's run summed over its "
+        "resumptions, including any time it shared its cores with other work or stood paused.")
 
 
 def agents_table(name: str) -> str:
@@ -800,6 +869,8 @@ def render(spec: str) -> str:
         return memory_runs(arg or "memory")
     if kind == "seeds":
         return seeds_table(arg)
+    if kind == "provenance":
+        return provenance_table(arg)
     if kind == "turns":
         return turns_table(arg)
     if kind == "robustness":

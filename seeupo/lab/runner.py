@@ -118,150 +118,26 @@ def effective_lr(algo: Algorithm, cfg: RunConfig, tokens_per_turn: int, turns: i
 
 
 def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunConfig, seed: int = 0) -> RunResult:
-    if mode not in MODES:
-        raise ValueError(f"unknown lab mode {mode!r}; valid names: {', '.join(MODES)}")
-    if cfg.step not in STEPS or cfg.advantage not in ADVANTAGES:
-        raise ValueError(f"unknown lab step {cfg.step!r} or advantage {cfg.advantage!r}; valid: "
-                         f"{', '.join(STEPS)}; {', '.join(ADVANTAGES)}")
-    if cfg.step != "gradient" and (mode != "exact" or policy != "per_turn"):
-        raise ValueError(f"step={cfg.step!r} solves each state's surrogate exactly: it needs mode='exact' "
-                         "and policy='per_turn' (a shared table cannot take a per-state maximiser)")
-    if cfg.advantage == "q" and algo.estimator != "grae":
-        raise ValueError(f"advantage='q' replaces GRAE's return by its mean given (s_t, a_t); {algo.name}'s "
-                         f"estimator is {algo.estimator}")
-    shape = problem.shape
-    S, n_tasks, T, L, H = problem.n_seeds, problem.n_tasks, shape.turns, shape.tokens_per_turn, shape.horizon
-    keys, n_keys = shape.keys(policy)
-    tokens = shape.tokens
-    pcols = shape.policy_cols
-    R = problem.rewards
+    """``cfg.iterations`` iterations of ``algo`` on ``problem`` with ``policy``'s tables (``per_turn`` or
+    ``shared``), each: the episodes under the sampling tables (enumerated or sampled), their
+    advantages, the phases. Returns the exact expected return before and after every iteration."""
+    _check(algo, mode=mode, policy=policy, cfg=cfg)
+    lab = _Lab(problem, policy)
     gen = torch.Generator().manual_seed(seed)
     critic_gen = torch.Generator().manual_seed(seed + 7_919)  # the critic's error: its own stream, so the
     # episodes sampled and the turn orders drawn are the exact-critic run's
-    theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
-    if shape.chance:  # one more row: the environment's fixed logits (no row loss reaches it)
-        env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)
-        theta_init = torch.cat([theta_init, env], 2)
+    theta_init = _initial_logits(problem, lab.n_keys, cfg, gen)
     theta = theta_init.clone().requires_grad_()
-    active = (problem.active if problem.active is not None
-              else torch.ones(S, n_tasks, shape.n_traj, T, dtype=torch.bool))
-    loss_fn = get_policy_loss(algo.loss)
     sched = schedule(algo, cfg)
-    steps_per_phase = sched.epochs * sched.steps_per_pass(T)
-    carry = carries_factor(algo, cfg.factor_ratio)
-    norm = cfg.norm or algo.norm
-    lr = effective_lr(algo, cfg, L, T)
-
-    def token_logp(th):  # [S, tasks, n_traj, H]
-        return torch.log_softmax(th, -1)[:, :, keys, tokens]
-
-    keys_p, tokens_p = keys[:, pcols], tokens[:, pcols]  # [n_traj, T * L] the policy's positions only
-
-    def policy_rows(th, ep_TL):  # [N * T, L] the policy's tokens of the enumerated/sampled episodes
-        return torch.log_softmax(th, -1)[:, :, keys_p, tokens_p].gather(2, ep_TL).reshape(-1, L)
-
-    def expected_return(th):
-        with torch.no_grad():
-            return (token_logp(th).sum(-1).exp() * R).sum(-1).mean(-1)
-
-    turn_R = problem.turn_rewards()  # [S, tasks, n_traj, T]
-
-    def step_rewards(ep):  # [S, tasks, E, T] the per-turn rewards of the episodes
-        return turn_R.gather(2, ep.unsqueeze(-1).expand(-1, -1, -1, T))
-
-    def played_ET(ep):  # [S, tasks, E, T] the turns the episodes played
-        return active.gather(2, ep.unsqueeze(-1).expand(-1, -1, -1, T))
-
-    returns = [expected_return(theta)]
+    lr = effective_lr(algo, cfg, lab.L, lab.T)
+    returns = [lab.expected_return(theta)]
     steps, clipfracs = 0, []  # clipfracs: one mean per iteration
     for _ in range(cfg.iterations):
-        iteration_clip = []
-        # 1. rollout (or enumeration) under the sampling policy pi_k
-        with torch.no_grad():
-            tl_old = token_logp(theta)
-            p_old = tl_old.sum(-1).exp()  # [S, tasks, n_traj]
-        if mode == "exact":
-            ep = torch.arange(shape.n_traj).expand(S, n_tasks, -1)
-            w = p_old
-        else:
-            ep = torch.multinomial(p_old.flatten(0, 1), cfg.group_size, replacement=True,
-                                   generator=gen).view(S, n_tasks, -1)
-            w = torch.full(ep.shape, 1.0 / cfg.group_size, dtype=torch.float64)
-        E = ep.shape[-1]
-        N = S * n_tasks * E
-        ep_TL = ep.unsqueeze(-1).expand(-1, -1, -1, T * L)
-        old_rows = tl_old[..., pcols].gather(2, ep_TL).reshape(N * T, L)
-        rewards = R.gather(2, ep)  # [S, tasks, E]
-        played = active.gather(2, ep.unsqueeze(-1).expand(-1, -1, -1, T)).reshape(N * T)
-
-        # 2. advantages (core estimators)
-        if algo.estimator == "gae":
-            values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen).gather(
-                2, shape.tree_node[ep].reshape(S, n_tasks, E * H)).view(N, H)
-            r_NH = torch.zeros(N, H, dtype=torch.float64)
-            r_NH[:, -1] = rewards.reshape(N)
-            adv_tok, _ = gae(r_NH, values, torch.ones(N, H), gamma=1.0, lam=cfg.gae_lambda)
-            adv_rows = adv_tok[:, pcols].reshape(N * T, L)
-        elif algo.estimator == "turn_gae":  # Turn-PPO: the critic's value of each turn's state, GAE over turns
-            values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen)
-            adv_rows = _turn_critic_advantages(shape, values, step_rewards(ep), ep, cfg.gae_lambda,
-                                               played_ET(ep)).reshape(N * T)
-        elif algo.estimator in names("turn"):
-            adv_rows = _turn_estimates(algo, shape, step_rewards(ep), ep, w, mode=mode, norm=norm,
-                                       played=played_ET(ep)).reshape(N * T)
-        else:
-            task_ids = torch.arange(n_tasks).repeat_interleave(E)
-            adv_N = torch.cat([
-                grae(rewards[s].reshape(-1), task_ids, norm=norm,
-                     leave_one_out=algo.leave_one_out and mode == "sampled",
-                     weights_N=w[s].reshape(-1) if mode == "exact" else None)
-                for s in range(S)])
-            adv_rows = adv_N.repeat_interleave(T)
-        w_rows = w.reshape(N).repeat_interleave(T) * played
-        row_ep = torch.arange(N).repeat_interleave(T)
-        row_turn = torch.arange(T).repeat(N)
-        mask = torch.ones(N * T, L)
-        factor_mask = played.unsqueeze(-1).expand(-1, L).double()  # a turn not played: weight 1
-        factor = torch.ones(N, dtype=torch.float64)
-
-        # 3. phases in the schedule's order; SeeUPO carries the factor of updated turns
-        phases = turn_order(range(T), cfg.order or algo.order, rng=gen)
-        if cfg.step != "gradient":
-            # the critic's per-token Q - V telescopes to the turn's Q(s_t, a_t) - V(s_t)
-            adv_T = _exact_step_advantages(problem, p_old, adv_rows.view(S, n_tasks, E, T, L).sum(-1)
-                                           if algo.estimator == "gae" else adv_rows.view(S, n_tasks, E, T), cfg)
-        for k, phase in enumerate(phases):
-            if cfg.step != "gradient":
-                with torch.no_grad():
-                    for t in phase:
-                        _solve_turn(theta, problem, t, p_old * active[..., t],
-                                    (factor.view(S, n_tasks, E) if carry else 1.0) * adv_T[..., t], cfg)
-                steps += 1
-                iteration_clip.append(0.0)
-            else:
-                # the phase's rows, fixed through its steps
-                idx = torch.isin(row_turn, torch.tensor(phase)).nonzero().squeeze(1)
-                old_p, adv_p, mask_p, w_p = old_rows[idx], adv_rows[idx], mask[idx], w_rows[idx]
-                factor_p = factor[row_ep[idx]] if carry else None
-                for _ in range(steps_per_phase):
-                    new_rows = policy_rows(theta, ep_TL)[idx]
-                    loss, metrics = loss_fn(
-                        new_rows, old_p, adv_p, mask_p, clip_eps=sched.clip_eps,
-                        clip_eps_high=sched.clip_eps_high, factor_N=factor_p,
-                        weights_N=w_p, agg=AGG[algo.loss], denom=1.0)
-                    (grad,) = torch.autograd.grad(loss, theta)
-                    with torch.no_grad():
-                        theta -= lr * grad
-                    steps += 1
-                    iteration_clip.append(float(metrics["clipfrac"]))
-            if carry and k + 1 < len(phases):
-                with torch.no_grad():
-                    new_all = policy_rows(theta, ep_TL)
-                    for t in phase:
-                        rows = row_turn == t
-                        lw = factor_log_ratio(new_all[rows], old_rows[rows], factor_mask[rows], cfg.factor_ratio)
-                        factor = update_factor(factor, row_ep[rows], lw, clip=cfg.factor_clip)
-        returns.append(expected_return(theta))
+        batch = _episodes(lab, theta, mode, cfg, gen)  # 1. rollout (or enumeration) under the sampling policy pi_k
+        adv_rows = _advantages(lab, batch, algo, cfg, mode, critic_gen)  # 2. advantages (core estimators)
+        iteration_clip = _phases(lab, theta, batch, adv_rows, algo, cfg, sched, lr, gen)  # 3. the phases
+        steps += len(iteration_clip)
+        returns.append(lab.expected_return(theta))
         clipfracs.append(sum(iteration_clip) / len(iteration_clip))
     early = clipfracs[: max(1, len(clipfracs) // 10)]
     return RunResult(
@@ -274,6 +150,202 @@ def run(problem: Problem, algo: Algorithm, *, mode: str, policy: str, cfg: RunCo
         diagnostics={"clipfrac_mean": sum(clipfracs) / max(len(clipfracs), 1),
                      "clipfrac_first_tenth": sum(early) / max(len(early), 1)},
     )
+
+
+def _check(algo: Algorithm, *, mode: str, policy: str, cfg: RunConfig) -> None:
+    """A run's mode, step and advantage that cannot work, refused with the valid choices."""
+    if mode not in MODES:
+        raise ValueError(f"unknown lab mode {mode!r}; valid names: {', '.join(MODES)}")
+    if cfg.step not in STEPS or cfg.advantage not in ADVANTAGES:
+        raise ValueError(f"unknown lab step {cfg.step!r} or advantage {cfg.advantage!r}; valid: "
+                         f"{', '.join(STEPS)}; {', '.join(ADVANTAGES)}")
+    if cfg.step != "gradient" and (mode != "exact" or policy != "per_turn"):
+        raise ValueError(f"step={cfg.step!r} solves each state's surrogate exactly: it needs mode='exact' "
+                         "and policy='per_turn' (a shared table cannot take a per-state maximiser)")
+    if cfg.advantage == "q" and algo.estimator != "grae":
+        raise ValueError(f"advantage='q' replaces GRAE's return by its mean given (s_t, a_t); {algo.name}'s "
+                         f"estimator is {algo.estimator}")
+
+
+class _Lab:
+    """A run's fixed tables: the problem's shape, rewards and played turns, and where the policy's
+    tokens sit in the logit tables ``theta`` ``[S, tasks, keys, V]`` (``keys`` ``[n_traj, H]``: the
+    row of each position, ``tokens``: its token)."""
+
+    def __init__(self, problem: Problem, policy: str):
+        shape = self.shape = problem.shape
+        self.problem = problem
+        self.S, self.n_tasks, self.T, self.L, self.H = (problem.n_seeds, problem.n_tasks, shape.turns,
+                                                        shape.tokens_per_turn, shape.horizon)
+        self.keys, self.n_keys = shape.keys(policy)
+        self.tokens, self.pcols = shape.tokens, shape.policy_cols
+        self.keys_p, self.tokens_p = self.keys[:, self.pcols], self.tokens[:, self.pcols]  # [n_traj, T * L] the policy's positions only
+        self.R = problem.rewards
+        self.active = (problem.active if problem.active is not None
+                       else torch.ones(self.S, self.n_tasks, shape.n_traj, self.T, dtype=torch.bool))
+        self.turn_R = problem.turn_rewards()  # [S, tasks, n_traj, T]
+
+    def token_logp(self, th):  # [S, tasks, n_traj, H]
+        return torch.log_softmax(th, -1)[:, :, self.keys, self.tokens]
+
+    def policy_rows(self, th, ep_TL):  # [N * T, L] the policy's tokens of the enumerated/sampled episodes
+        return torch.log_softmax(th, -1)[:, :, self.keys_p, self.tokens_p].gather(2, ep_TL).reshape(-1, self.L)
+
+    def expected_return(self, th):
+        with torch.no_grad():
+            return (self.token_logp(th).sum(-1).exp() * self.R).sum(-1).mean(-1)
+
+    def per_turn(self, table, ep):  # [S, tasks, E, T] a per-trajectory, per-turn table of the episodes
+        return table.gather(2, ep.unsqueeze(-1).expand(-1, -1, -1, self.T))
+
+
+def _initial_logits(problem: Problem, n_keys: int, cfg: RunConfig, gen: torch.Generator) -> torch.Tensor:
+    """``[S, tasks, keys, V]`` the initial tables (``init_std`` Gaussian logits); with chance nodes one
+    more row, the environment's fixed logits (no row loss reaches it)."""
+    shape, S, n_tasks = problem.shape, problem.n_seeds, problem.n_tasks
+    theta_init = cfg.init_std * torch.randn(S, n_tasks, n_keys, shape.vocab, generator=gen, dtype=torch.float64)
+    if shape.chance:
+        env = problem.chance_probs.clamp_min(1e-300).log().expand(S, n_tasks, 1, -1)
+        theta_init = torch.cat([theta_init, env], 2)
+    return theta_init
+
+
+@dataclass
+class _Batch:
+    """One iteration's episodes ``ep`` ``[S, tasks, E]`` (trajectory indices) under the sampling tables
+    (``p_old`` ``[S, tasks, n_traj]``), weighted ``w`` (their probability in exact mode, ``1 / G``
+    sampled), and their rows: one per episode and turn, ``N * T`` (episode-major)."""
+    ep: torch.Tensor
+    w: torch.Tensor
+    p_old: torch.Tensor
+    ep_TL: torch.Tensor  # [S, tasks, E, T * L] the episodes' indices at the policy's positions
+    old_rows: torch.Tensor  # [N * T, L] the sampling log-probs
+    rewards: torch.Tensor  # [S, tasks, E]
+    played: torch.Tensor  # [N * T] the rows of turns the episodes played
+    w_rows: torch.Tensor  # [N * T] each row's weight (0: a turn not played)
+    row_ep: torch.Tensor  # [N * T] each row's episode
+    row_turn: torch.Tensor  # [N * T] each row's turn
+
+
+def _episodes(lab: _Lab, theta: torch.Tensor, mode: str, cfg: RunConfig, gen: torch.Generator) -> _Batch:
+    """The episodes of one iteration under the current tables: every trajectory (exact) or
+    ``cfg.group_size`` draws per task (sampled)."""
+    S, n_tasks, T, L = lab.S, lab.n_tasks, lab.T, lab.L
+    with torch.no_grad():
+        tl_old = lab.token_logp(theta)
+        p_old = tl_old.sum(-1).exp()  # [S, tasks, n_traj]
+    if mode == "exact":
+        ep = torch.arange(lab.shape.n_traj).expand(S, n_tasks, -1)
+        w = p_old
+    else:
+        ep = torch.multinomial(p_old.flatten(0, 1), cfg.group_size, replacement=True,
+                               generator=gen).view(S, n_tasks, -1)
+        w = torch.full(ep.shape, 1.0 / cfg.group_size, dtype=torch.float64)
+    N = S * n_tasks * ep.shape[-1]
+    ep_TL = ep.unsqueeze(-1).expand(-1, -1, -1, T * L)
+    old_rows = tl_old[..., lab.pcols].gather(2, ep_TL).reshape(N * T, L)
+    played = lab.per_turn(lab.active, ep).reshape(N * T)
+    w_rows = w.reshape(N).repeat_interleave(T) * played
+    return _Batch(ep, w, p_old, ep_TL, old_rows, lab.R.gather(2, ep), played, w_rows,
+                  torch.arange(N).repeat_interleave(T), torch.arange(T).repeat(N))
+
+
+def _advantages(lab: _Lab, b: _Batch, algo: Algorithm, cfg: RunConfig, mode: str,
+                critic_gen: torch.Generator) -> torch.Tensor:
+    """Each row's advantage by the algorithm's estimator (``seeupo.core``): ``[N * T, L]`` per token
+    (PPO's GAE), else ``[N * T]``."""
+    shape, p_old, R, ep = lab.shape, b.p_old, lab.R, b.ep
+    S, n_tasks, T, H = lab.S, lab.n_tasks, lab.T, lab.H
+    E = ep.shape[-1]
+    N = S * n_tasks * E
+    norm = cfg.norm or algo.norm
+    if algo.estimator == "gae":
+        values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen).gather(
+            2, shape.tree_node[ep].reshape(S, n_tasks, E * H)).view(N, H)
+        r_NH = torch.zeros(N, H, dtype=torch.float64)
+        r_NH[:, -1] = b.rewards.reshape(N)
+        adv_tok, _ = gae(r_NH, values, torch.ones(N, H), gamma=1.0, lam=cfg.gae_lambda)
+        return adv_tok[:, lab.pcols].reshape(N * T, lab.L)
+    if algo.estimator == "turn_gae":  # Turn-PPO: the critic's value of each turn's state, GAE over turns
+        values = critic_values(_exact_values(p_old, R, shape.tree_node), cfg, critic_gen)
+        return _turn_critic_advantages(shape, values, lab.per_turn(lab.turn_R, ep), ep, cfg.gae_lambda,
+                                       lab.per_turn(lab.active, ep)).reshape(N * T)
+    if algo.estimator in names("turn"):
+        return _turn_estimates(algo, shape, lab.per_turn(lab.turn_R, ep), ep, b.w, mode=mode, norm=norm,
+                               played=lab.per_turn(lab.active, ep)).reshape(N * T)
+    task_ids = torch.arange(n_tasks).repeat_interleave(E)
+    adv_N = torch.cat([
+        grae(b.rewards[s].reshape(-1), task_ids, norm=norm,
+             leave_one_out=algo.leave_one_out and mode == "sampled",
+             weights_N=b.w[s].reshape(-1) if mode == "exact" else None)
+        for s in range(S)])
+    return adv_N.repeat_interleave(T)
+
+
+def _phases(lab: _Lab, theta: torch.Tensor, b: _Batch, adv_rows: torch.Tensor, algo: Algorithm, cfg: RunConfig,
+            sched: Schedule, lr: float, gen: torch.Generator) -> list[float]:
+    """One iteration's phases in the schedule's order (``core.turn_order``), each a turn's (or a joint
+    phase's) steps on ``theta``; SeeUPO carries the factor of updated turns into later phases
+    (``core.update_factor``), as ``train.update.sequential_update`` does. Returns each step's clip
+    fraction (0 for an exact step)."""
+    S, n_tasks, T, E = lab.S, lab.n_tasks, lab.T, b.ep.shape[-1]
+    carry = carries_factor(algo, cfg.factor_ratio)
+    factor = torch.ones(S * n_tasks * E, dtype=torch.float64)  # M, keyed by episode
+    phases = turn_order(range(T), cfg.order or algo.order, rng=gen)
+    if cfg.step != "gradient":
+        # the critic's per-token Q - V telescopes to the turn's Q(s_t, a_t) - V(s_t)
+        adv_T = _exact_step_advantages(lab.problem, b.p_old, adv_rows.view(S, n_tasks, E, T, lab.L).sum(-1)
+                                       if algo.estimator == "gae" else adv_rows.view(S, n_tasks, E, T), cfg)
+    clip: list[float] = []
+    for k, phase in enumerate(phases):
+        if cfg.step != "gradient":
+            with torch.no_grad():
+                for t in phase:
+                    _solve_turn(theta, lab.problem, t, b.p_old * lab.active[..., t],
+                                (factor.view(S, n_tasks, E) if carry else 1.0) * adv_T[..., t], cfg)
+            clip.append(0.0)
+        else:
+            clip += _gradient_steps(lab, theta, b, adv_rows, phase, factor if carry else None, algo, sched, lr)
+        if carry and k + 1 < len(phases):
+            factor = _settle_factor(lab, theta, b, phase, factor, cfg)
+    return clip
+
+
+def _gradient_steps(lab: _Lab, theta: torch.Tensor, b: _Batch, adv_rows: torch.Tensor, phase: list[int],
+                    factor: torch.Tensor | None, algo: Algorithm, sched: Schedule, lr: float) -> list[float]:
+    """A phase's ``epochs x minibatches`` full-batch gradient steps on the rows of its turns (fixed
+    through its steps), each row's loss times ``factor`` (None: no factor); returns their clip fractions."""
+    loss_fn = get_policy_loss(algo.loss)
+    idx = torch.isin(b.row_turn, torch.tensor(phase)).nonzero().squeeze(1)
+    mask = torch.ones(len(b.row_turn), lab.L)
+    old_p, adv_p, mask_p, w_p = b.old_rows[idx], adv_rows[idx], mask[idx], b.w_rows[idx]
+    factor_p = factor[b.row_ep[idx]] if factor is not None else None
+    clip = []
+    for _ in range(sched.epochs * sched.steps_per_pass(lab.T)):
+        new_rows = lab.policy_rows(theta, b.ep_TL)[idx]
+        loss, metrics = loss_fn(
+            new_rows, old_p, adv_p, mask_p, clip_eps=sched.clip_eps,
+            clip_eps_high=sched.clip_eps_high, factor_N=factor_p,
+            weights_N=w_p, agg=AGG[algo.loss], denom=1.0)
+        (grad,) = torch.autograd.grad(loss, theta)
+        with torch.no_grad():
+            theta -= lr * grad
+        clip.append(float(metrics["clipfrac"]))
+    return clip
+
+
+def _settle_factor(lab: _Lab, theta: torch.Tensor, b: _Batch, phase: list[int], factor: torch.Tensor,
+                   cfg: RunConfig) -> torch.Tensor:
+    """The factor with the phase's turns multiplied in: each turn's weight (``core.factor_log_ratio``,
+    ``cfg.factor_ratio``) of the updated tables against the sampling ones; a turn not played weighs 1."""
+    factor_mask = b.played.unsqueeze(-1).expand(-1, lab.L).double()
+    with torch.no_grad():
+        new_all = lab.policy_rows(theta, b.ep_TL)
+        for t in phase:
+            rows = b.row_turn == t
+            lw = factor_log_ratio(new_all[rows], b.old_rows[rows], factor_mask[rows], cfg.factor_ratio)
+            factor = update_factor(factor, b.row_ep[rows], lw, clip=cfg.factor_clip)
+    return factor
 
 
 def _turn_nodes(shape) -> torch.Tensor:

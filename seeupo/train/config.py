@@ -338,9 +338,10 @@ class RunConfig(Strict):
                                "skipped for a non-finite loss or gradient (skipped steps are never applied)")
     max_memory_gb: Optional[float] = Field(
         None, gt=0, description="resident memory the run may use (GB; default: the machine's, or its cgroup's "
-        "limit, less 1 GB). At start the activations per token are measured and optim.micro_batch_tokens is "
-        "lowered (by halves, down to 256) until the run fits; a run that cannot fit exits 2 saying what does "
-        "not (CPU runs in one process; docs/performance.md, Memory)")
+        "limit, less 1 GB). At start the activations per token are measured and the run's micro-batch is "
+        "lowered from optim.micro_batch_tokens (by halves, down to 256) until the run fits (the config keeps its "
+        "value; summary.json's micro_batch_tokens is the one used); a run that cannot fit exits 2 saying what "
+        "does not (CPU runs in one process; docs/performance.md, Memory)")
 
 
 class ServeConfig(Strict):

@@ -159,7 +159,7 @@ class Updater:
     def _reference_logp(self, rows):
         with swapped(self.stack.named_params, self.reference_state):
             logp, _ = score(self.stack.learner_model, rows, temperature=self.cfg.rollout.temperature,
-                            budget_tokens=self.cfg.optim.micro_batch_tokens, pack=self.cfg.optim.pack_width,
+                            budget_tokens=self.stack.micro_batch_tokens, pack=self.cfg.optim.pack_width,
                             share=self.cfg.optim.share_prefix)
         return logp
 
@@ -213,7 +213,7 @@ class Updater:
     def _context(self, n_turns: int, it: int) -> UpdateContext:
         cfg, sched = self.cfg, self.schedule
         return UpdateContext(self.stack.learner_model, self.optimizer, self.stack.params, self._loss_spec(),
-                             cfg.optim.micro_batch_tokens, cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
+                             self.stack.micro_batch_tokens, cfg.optim.grad_clip, sched.epochs, sched.steps_per_pass(n_turns),
                              torch.Generator().manual_seed(derive_seed(cfg.run.seed, "update", it)), self.stack.value_head,
                              self._reference_logp, pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
 
@@ -277,7 +277,7 @@ def _ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: Turns)
     segmented = any(e.segmented for e in episodes)
     rows = up._keep(turn_rows(episodes, pad) if segmented else trajectory_rows(episodes, pad), episodes)
     _, old_values = score(up.stack.learner_model, rows, temperature=cfg.rollout.temperature,
-                          budget_tokens=cfg.optim.micro_batch_tokens, value_head=up.stack.value_head,
+                          budget_tokens=up.stack.micro_batch_tokens, value_head=up.stack.value_head,
                           pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
     if segmented:  # each turn row's reward (on its last action token, by gae_by_episode)
         r_row = torch.tensor([episodes[e_i].step_rewards[t] if t < len(episodes[e_i].step_rewards) else 0.0
@@ -304,7 +304,7 @@ def _turn_ppo(up: Updater, ctx: UpdateContext, episodes: list[Episode], turns: T
     cfg = up.cfg
     rows = turn_rows(episodes, up.stack.tokenizer.pad_token_id)
     _, old_values = score(up.stack.learner_model, rows, temperature=cfg.rollout.temperature,
-                          budget_tokens=cfg.optim.micro_batch_tokens, value_head=up.stack.value_head,
+                          budget_tokens=up.stack.micro_batch_tokens, value_head=up.stack.value_head,
                           pack=cfg.optim.pack_width, share=cfg.optim.share_prefix)
     has = rows.loss_mask.sum(-1) > 0
     first = rows.loss_mask.argmax(-1)  # first action token of each row (0 for a row without one)

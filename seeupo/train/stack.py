@@ -20,7 +20,7 @@ from seeupo.models.policy import Scorer, ValueHead, apply_lora
 from seeupo.models.turns import add_turn_adapters
 from seeupo.rollout.runner import Chat, RolloutLimits, run_episodes
 from seeupo.rollout.sampler import HFSampler
-from seeupo.train import parallel
+from seeupo.train import memory, parallel
 from seeupo.train.config import Config
 
 
@@ -114,6 +114,9 @@ class PolicyStack:
         self.chat = Chat(self.tokenizer)
         self.limits = RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context,
                                     env_timeout_s=cfg.env.timeout_s, history=cfg.rollout.history_k())
+        # the padded tokens of one forward pass when the learner scores or trains: the configured budget,
+        # or the lower one ``fit_memory`` chose (the config itself is never changed)
+        self.micro_batch_tokens = cfg.optim.micro_batch_tokens
         self._weights_version = 0  # bumped whenever the learner changes the weights (the vLLM engine follows)
         if cfg.rollout.backend == "vllm":
             self.sampler = self._vllm_sampler()
@@ -165,10 +168,8 @@ class PolicyStack:
             fn = load_agent(cfg.rollout.agent)
         except AgentError as e:
             raise InputError(str(e)) from None
-        engine = ChatEngine(self.sampler, self.chat, model_name=cfg.model.name, parser=cfg.serve.parser,
-                            tool_role=cfg.serve.tool_role, max_context=cfg.rollout.max_context,
-                            max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                            max_calls=cfg.rollout.max_turns, max_wait_s=cfg.serve.max_wait_ms / 1000)
+        engine = ChatEngine.from_config(self.sampler, self.chat, cfg, max_new_tokens=cfg.rollout.max_new_tokens,
+                                        temperature=cfg.rollout.temperature, max_calls=cfg.rollout.max_turns)
         return AgentSource(fn, engine, timeout_s=cfg.serve.agent_timeout_s, concurrency=cfg.rollout.batch_size,
                            transport=transport or cfg.serve.transport)
 
@@ -191,6 +192,40 @@ class PolicyStack:
             self.agent.close()
         if hasattr(self.sampler, "close"):
             self.sampler.close()
+
+    def fit_memory(self, limit_gb: float | None, *, kl_reference: bool) -> memory.Plan | None:
+        """Fit the learner's micro-batch into ``limit_gb`` (``run.max_memory_gb``; ``memory.plan``):
+        ``micro_batch_tokens`` becomes the budget that fits; returns the plan (None: not planned, a run
+        on a GPU or in several processes, whose memory is not this process's resident memory).
+        ``InputError`` when even the smallest micro-batch does not fit."""
+        if self.device.type != "cpu" or parallel.world() > 1:
+            return None
+        try:
+            plan = memory.plan(limit_gb, self.model, micro_batch_tokens=self.micro_batch_tokens,
+                               trainable_bytes=sum(p.numel() * p.element_size() for p in self.params),
+                               kl_reference=kl_reference)
+        except memory.DoesNotFit as e:
+            raise InputError(str(e)) from None
+        self.micro_batch_tokens = plan.micro_batch_tokens
+        return plan
+
+    def prepare_warmup(self) -> tuple[list[torch.nn.Parameter], bool]:
+        """Set the model up for the supervised warm-up; returns (the parameters it trains, whether it
+        splits rows by turn adapter). Turn adapters on a fully fine-tuned base: the warm-up (a format
+        lesson for every turn) trains the shared base alone with adapter 0 active, the adapters stay at
+        zero (LoRA at the warm-up's full-fine-tuning learning rate breaks the format: the tiny preset's
+        1e-2 left a loss of 1.2-1.3, not 0.08). Otherwise every trainable parameter, by adapter."""
+        if self.turn_adapters is None or self.cfg.model.lora:
+            return self.params, True
+        self.turn_adapters.activate(0)
+        return [p for n, p in self.named_params if "lora_" not in n and "seeupo_turn_embedding" not in n], False
+
+    def freeze_embeddings(self) -> None:
+        """Fix the input and output token embeddings (``optim.train_embeddings=false``): Adam moves every
+        vocabulary row by about lr per step (each gets a tiny softmax gradient, normalised to unit
+        size): with full fine-tuning that is noise on all embeddings."""
+        self.model.get_input_embeddings().weight.requires_grad_(False)
+        self.model.get_output_embeddings().weight.requires_grad_(False)
 
     def warmup_enabled(self) -> bool:
         w = self.cfg.warmup.enabled

@@ -26,7 +26,7 @@ from seeupo.train import evaluation
 from seeupo.train.evaluation import EvalResult, evaluate, stage
 from seeupo.train.iteration import Updater, mean_steps, health_warnings, schedule_line
 from seeupo.train.runlog import NullLog, RunLog, code_version, dumps, platform_info, plot_curves, read_metrics  # noqa: F401
-from seeupo.train.stack import InputError, PolicyStack
+from seeupo.train.stack import PolicyStack
 from seeupo.train.warmup import warmup
 
 
@@ -43,58 +43,13 @@ class Trainer:
         self.out = Path(cfg.run.out)
         self.stack = PolicyStack(cfg)
         self.updater = Updater(cfg, self.stack, say=self._say)
-        self.memory = self._plan_memory()
+        # the micro-batch that fits run.max_memory_gb: the stack's own budget (the config is left as it is)
+        self.memory = self.stack.fit_memory(cfg.run.max_memory_gb, kl_reference=cfg.algo.kl_coef > 0)
+        if self.memory is not None and self.memory.lowered_from:
+            self._say(f"[yellow]{self.memory.line()}[/]")
         self.state: dict = {}
         self._signals = _Signals(self._say)  # replaced by the run's own (installed) one
         self._log = NullLog()
-
-    # the policy's and the update's parts, as the run (and code written against it) sees them
-    model = property(lambda self: self.stack.model)
-    tokenizer = property(lambda self: self.stack.tokenizer)
-    family = property(lambda self: self.stack.family)
-    device = property(lambda self: self.stack.device)
-    algo = property(lambda self: self.stack.algo)
-    turn_adapters = property(lambda self: self.stack.turn_adapters)
-    value_head = property(lambda self: self.stack.value_head)
-    scorer = property(lambda self: self.stack.scorer)
-    learner_model = property(lambda self: self.stack.learner_model)
-    named_params = property(lambda self: self.stack.named_params)
-    params = property(lambda self: self.stack.params)
-    chat = property(lambda self: self.stack.chat)
-    limits = property(lambda self: self.stack.limits)
-    sampler = property(lambda self: self.stack.sampler)
-    agent = property(lambda self: self.stack.agent)
-    optimizer = property(lambda self: self.updater.optimizer)
-    schedule = property(lambda self: self.updater.schedule)
-
-    @property
-    def reference_state(self) -> dict[str, torch.Tensor] | None:
-        """The KL reference (``Updater.reference_state``)."""
-        return self.updater.reference_state
-
-    @reference_state.setter
-    def reference_state(self, value) -> None:
-        self.updater.reference_state = value
-
-    def _plan_memory(self) -> memory.Plan | None:
-        """Fit the micro-batch budget into ``run.max_memory_gb`` (a CPU run in one process: a GPU's
-        memory and other processes' are not this process's resident memory)."""
-        cfg = self.cfg
-        if self.stack.device.type != "cpu" or parallel.world() > 1:
-            return None
-        try:
-            plan = memory.plan(cfg.run.max_memory_gb, self.stack.model, micro_batch_tokens=cfg.optim.micro_batch_tokens,
-                               trainable_bytes=sum(p.numel() * p.element_size() for p in self.stack.params),
-                               kl_reference=cfg.algo.kl_coef > 0)
-        except memory.DoesNotFit as e:
-            raise InputError(str(e)) from None
-        if plan.lowered_from:
-            cfg.optim.micro_batch_tokens = plan.micro_batch_tokens
-            self._say(f"[yellow]{plan.line()}[/]")
-        return plan
-
-    def warmup_enabled(self) -> bool:
-        return self.stack.warmup_enabled()
 
     def close(self) -> None:
         self.stack.close()
@@ -139,9 +94,10 @@ class Trainer:
         self.state["wall_seconds"] = self._wall()
         self.state["log_lines"] = self._log.lines
         # whole tensors (every process takes part in gathering sharded ones), written by the main process
-        tensors = {n: parallel.full(p.detach()) for n, p in self.named_params}
-        opt_state = parallel.full_optimizer_state(self.optimizer)
-        ref = {n: parallel.full(v) for n, v in self.reference_state.items()} if self.reference_state else None
+        tensors = {n: parallel.full(p.detach()) for n, p in self.stack.named_params}
+        opt_state = parallel.full_optimizer_state(self.updater.optimizer)
+        reference = self.updater.reference_state
+        ref = {n: parallel.full(v) for n, v in reference.items()} if reference else None
         if not parallel.is_main():
             parallel.barrier()
             return None
@@ -172,12 +128,13 @@ class Trainer:
         ck = checkpoint.latest(self.out)
         if ck is None:
             return None
-        self.state = checkpoint.load(ck, self.named_params, self.optimizer)
+        self.state = checkpoint.load(ck, self.stack.named_params, self.updater.optimizer)
         self.stack.weights_changed()
         if self.cfg.algo.kl_coef > 0:
             ref = checkpoint.load_reference(ck)
-            self.reference_state = ({n: parallel.like(ref[n], p) for n, p in self.named_params if n in ref}
-                                    if ref else checkpoint.trainable_state(self.named_params))
+            named = self.stack.named_params
+            self.updater.reference_state = ({n: parallel.like(ref[n], p) for n, p in named if n in ref}
+                                            if ref else checkpoint.trainable_state(named))
         self._wall_prior = self.state.get("wall_seconds", 0.0)
         self._say(f"resumed from {ck} at iteration {self.state['iteration']}")
         return self.state["iteration"]
@@ -197,19 +154,13 @@ class Trainer:
                 tick(next(done))
             self._check_stop()  # every process takes every warm-up step
 
-        # turn adapters on a fully fine-tuned base: the warm-up (a format lesson for every turn) trains
-        # the shared base alone, the adapters stay at zero (LoRA at the warm-up's full-fine-tuning
-        # learning rate breaks the format: the tiny preset's 1e-2 left a loss of 1.2-1.3, not 0.08)
-        base_only = self.turn_adapters is not None and not cfg.model.lora
-        params = ([p for n, p in self.named_params if "lora_" not in n and "seeupo_turn_embedding" not in n]
-                  if base_only else self.params)
-        if base_only:
-            self.turn_adapters.activate(0)
+        st = self.stack
+        params, by_adapter = st.prepare_warmup()
         try:
             self.state["warmup"] = warmup(
-                self.learner_model, params, self.chat, self.family, self.limits, cfg.warmup,
-                seed=cfg.run.seed, budget_tokens=cfg.optim.micro_batch_tokens, pack=cfg.optim.pack_width,
-                share=cfg.optim.share_prefix, by_adapter=not base_only, progress=progress,
+                st.learner_model, params, st.chat, st.family, st.limits, cfg.warmup,
+                seed=cfg.run.seed, budget_tokens=st.micro_batch_tokens, pack=cfg.optim.pack_width,
+                share=cfg.optim.share_prefix, by_adapter=by_adapter, progress=progress,
                 cache=cfg.warmup.cache, cache_key={"model": cfg.model.model_dump(mode="json"), "device": cfg.run.device},
                 say=self._say if parallel.is_main() else None)
         finally:
@@ -283,7 +234,7 @@ class Trainer:
             if not self.resume:
                 checkpoint.clear_run(self.out, overwrite=self.overwrite)
             save_config(cfg, self.out / "config.yaml")
-        self._say(f"schedule of {cfg.algo.name}: {schedule_line(self.schedule)}")
+        self._say(f"schedule of {cfg.algo.name}: {schedule_line(self.updater.schedule)}")
         start = self._resume_state() if self.resume else None
         if self.resume and start is None:
             self._say(f"--resume: no checkpoint in {self.out} (the run stopped before its first one, during the "
@@ -303,11 +254,11 @@ class Trainer:
         run); returns the first RL iteration."""
         cfg = self.cfg
         if start is None:
-            if self.warmup_enabled():
+            if self.stack.warmup_enabled():
                 self._warmup()
                 memory.trim()  # the warm-up's activations: the largest the run holds
             if cfg.algo.kl_coef > 0:
-                self.reference_state = checkpoint.trainable_state(self.named_params)
+                self.updater.reference_state = checkpoint.trainable_state(self.stack.named_params)
             self.state["run_id"] = checkpoint.new_run_id()
             self._save(0)  # the warmed-up model, before the (long) evaluation
             self._saved_at, start = 0, 0
@@ -322,7 +273,8 @@ class Trainer:
         if start >= cfg.run.iterations and "eval_before" in self.state and start > 0:
             self._say(f"[yellow]checkpoint is at iteration {start}, run.iterations={cfg.run.iterations}: "
                       "nothing to train; raise run.iterations to continue[/]")
-        self._freeze_embeddings()
+        if not cfg.optim.train_embeddings:
+            self.stack.freeze_embeddings()
         if self._eval_due(start) and self.state.get("evaluated_at") != start:
             self._periodic_eval(start)  # interrupted there before
         return start
@@ -360,7 +312,7 @@ class Trainer:
         used; written to ``summary.json`` with the curves' plot."""
         cfg, main = self.cfg, parallel.is_main()
         with torch.no_grad():
-            full = [parallel.full(p.detach()) for p in self.params]
+            full = [parallel.full(p.detach()) for p in self.stack.params]
             l2 = float(torch.sqrt(sum((p.double() ** 2).sum() for p in full)))
             digest = hashlib.sha256()  # the trainable parameters to the bit (float32 bytes, in order)
             for p in full:
@@ -374,13 +326,14 @@ class Trainer:
             "wall_seconds": self._wall(),
             "trainable_param_l2": l2,
             "trainable_param_sha256": digest.hexdigest(),
+            "micro_batch_tokens": self.stack.micro_batch_tokens,  # the budget used (fit_memory may lower the configured one)
             "warmup": self.state.get("warmup"),
             "platforms": self.state["platforms"],
             "nonfinite_skips": sum(r.get("nonfinite_skips", 0) for r in records if "reward_mean" in r),
             "episodes_excluded": sum(r.get("episodes_excluded", 0) for r in records if "reward_mean" in r),
             "estimator": cfg.algo.estimator_params(),  # the advantage estimator and the parameter values used
             "code": code_version(),
-            "schedule": {**self.schedule.as_dict(),
+            "schedule": {**self.updater.schedule.as_dict(),
                          "optimizer_steps_per_iteration": mean_steps(records) if main else None},
         }
         try:
@@ -390,13 +343,6 @@ class Trainer:
         finally:
             parallel.barrier()  # every process leaves once the run's files are written (or failed to be)
         return summary
-
-    def _freeze_embeddings(self) -> None:
-        if not self.cfg.optim.train_embeddings:
-            # Adam moves every vocabulary row by about lr per step (each gets a tiny softmax gradient,
-            # normalised to unit size): with full fine-tuning that is noise on all embeddings.
-            self.model.get_input_embeddings().weight.requires_grad_(False)
-            self.model.get_output_embeddings().weight.requires_grad_(False)
 
     def _nonfinite(self, record: dict) -> None:
         """Skipped steps in a row (the guard in ``learner.optimizer_step``), across iterations."""

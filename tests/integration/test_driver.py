@@ -19,7 +19,7 @@ SMALL = ["warmup.enabled=off", "eval.tasks=2", "eval.k=2", "rollout.tasks_per_it
 def trainer(tmp_path, *overrides, preset="tiny"):
     extra = ["model.name=tiny-random:4x64", "model.lora=false"] if preset != "tiny" else []
     tr = Trainer(load_config(preset, [*SMALL, *extra, f"run.out={tmp_path}", *overrides]))
-    tr.reference_state = {n: p.detach().clone() for n, p in tr.named_params}  # the KL anchor, as run() sets it
+    tr.updater.reference_state = {n: p.detach().clone() for n, p in tr.stack.named_params}  # the KL anchor, as run() sets it
     return tr
 
 
@@ -135,8 +135,8 @@ def test_buckets_anchor_every_segment_at_four_turns(tmp_path):
     from seeupo.data.episode import trajectory_rows
     from seeupo.train.learner import score
 
-    rows = trajectory_rows(eps, tr.tokenizer.pad_token_id)
-    logp, _ = score(tr.model, rows, temperature=1.0, budget_tokens=4096)
+    rows = trajectory_rows(eps, tr.stack.tokenizer.pad_token_id)
+    logp, _ = score(tr.stack.model, rows, temperature=1.0, budget_tokens=4096)
     for i, e in enumerate(eps):  # sampled by the model itself: ratio 1 and KL 0 at the first step
         e.logp = [float(x) if m else 0.0 for x, m in zip(logp[i, : len(e.ids)].tolist(), e.gen_mask)]
     r = tr.update(eps, 0)
@@ -250,10 +250,10 @@ def test_per_turn_advantages_reach_the_update(tmp_path, episodes, monkeypatch):
 
 def test_turn_ppo_trains_its_critic_on_turn_states(tmp_path, episodes):
     tr = trainer(tmp_path / "t", "algo.name=turn-ppo")
-    before = [p.detach().clone() for p in tr.value_head.parameters()]
+    before = [p.detach().clone() for p in tr.stack.value_head.parameters()]
     r = update(tr, episodes)
     assert r["value_loss"] > 0 and r["optimizer_steps"] >= 1
-    assert any(not torch.equal(a, b) for a, b in zip(before, tr.value_head.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.stack.value_head.parameters()))
 
 
 def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes, monkeypatch):
@@ -271,8 +271,8 @@ def test_turn_ppo_values_sit_at_each_turns_first_action_token(tmp_path, episodes
         return {"optimizer_steps": 0, "nonfinite_skips": 0, "_skips": []}
 
     monkeypatch.setattr(trainer_mod, "joint_update", capture)
-    tr.value_head.linear.bias.data.fill_(0.3)  # values that vary across tokens: a nonzero head
-    torch.nn.init.normal_(tr.value_head.linear.weight, std=0.5)
+    tr.stack.value_head.linear.bias.data.fill_(0.3)  # values that vary across tokens: a nonzero head
+    torch.nn.init.normal_(tr.stack.value_head.linear.weight, std=0.5)
     episodes = [dataclasses.replace(e, end_reason="max_turns" if k % 2 else "done") for k, e in enumerate(episodes)]
     update(tr, episodes)
     rows, vm = seen["rows"], seen["value_mask"]

@@ -66,3 +66,29 @@ def test_a_run_that_cannot_fit_exits_2_at_start_with_one_line(tmp_path):
     lines = [ln for ln in res.output.splitlines() if "does not fit" in ln]
     assert len(lines) == 1 and "run.max_memory_gb=0.2" in lines[0] and "GB in all" in lines[0]
     assert not (tmp_path / "config.yaml").exists()  # refused before anything was written
+
+
+def test_a_lowered_micro_batch_is_the_stacks_own_and_the_config_stays_as_loaded(tmp_path, monkeypatch, capsys):
+    """Issue 61: the config is not changed at run time. The planner's lower micro-batch is the policy
+    stack's own budget (the learner uses it; the console line and summary.json say it); the config
+    object and the config.yaml the run saves stay as loaded: its resolved dump is the same after a run."""
+    import copy
+
+    import yaml
+    from rich.console import Console
+
+    from seeupo.train.config import load_config, resolved_dump
+    from seeupo.train.trainer import Trainer
+
+    monkeypatch.setattr(memory, "rss_gb", lambda: 1.0)
+    monkeypatch.setattr(memory, "activation_bytes_per_token", lambda model: 2 ** 20)  # 1.5 MB/token with backward
+    cfg = load_config("tiny", ["warmup.enabled=off", "eval.tasks=2", "eval.k=1", "rollout.tasks_per_iteration=2",
+                               "rollout.group_size=2", "run.loggers=[jsonl]", "run.iterations=1",
+                               "optim.micro_batch_tokens=4096", "run.max_memory_gb=1.8", f"run.out={tmp_path}"])
+    before = copy.deepcopy(resolved_dump(cfg))
+    tr = Trainer(cfg, console=Console(width=400))
+    summary = tr.run()
+    assert tr.stack.micro_batch_tokens == 256 and summary["micro_batch_tokens"] == 256  # 512 would need 2.0 GB
+    assert "(optim.micro_batch_tokens lowered from 4096 to fit)" in capsys.readouterr().out
+    assert resolved_dump(cfg) == before and cfg.optim.micro_batch_tokens == 4096
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == before

@@ -41,7 +41,7 @@ def _lines(folder: Path) -> list[dict]:
 
 
 def _l2(tr: Trainer) -> float:
-    return float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in tr.params)))
+    return float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in tr.stack.params)))
 
 
 @pytest.fixture(scope="module")
@@ -520,15 +520,15 @@ def test_faulted_episodes_leave_the_update_unchanged(tmp_path):
     bad = copy.deepcopy(episodes[:3])
     for i, e in enumerate(bad):
         e.end_reason, e.error, e.step_rewards, e.group = ("error", "timeout", "error")[i], "x", [100.0], episodes[0].group
-    start = {n: p.detach().clone() for n, p in tr.named_params}
+    start = {n: p.detach().clone() for n, p in tr.stack.named_params}
 
     def run(eps):
         with torch.no_grad():
-            for n, p in tr.named_params:
+            for n, p in tr.stack.named_params:
                 p.copy_(start[n])
-        tr.optimizer.state.clear()
+        tr.updater.optimizer.state.clear()
         rec = tr.update(eps, 0)
-        return rec, {n: p.detach().clone() for n, p in tr.named_params}
+        return rec, {n: p.detach().clone() for n, p in tr.stack.named_params}
 
     rec_a, a = run(episodes)
     rec_b, b = run(bad + episodes)

@@ -106,7 +106,7 @@ def test_resume_uses_the_new_learning_rate(tmp_path):
     from seeupo.train.iteration import scheduled_lr
 
     want = scheduled_lr(1e-5, cont.optim.lr_warmup_iterations, 1)  # the config's lr, on the same ramp
-    assert all(abs(g["lr"] - want) < 1e-15 for g in tr.optimizer.param_groups)
+    assert all(abs(g["lr"] - want) < 1e-15 for g in tr.updater.optimizer.param_groups)
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -114,12 +114,12 @@ def test_kl_reference_is_the_policy_after_warmup(tmp_path, lora):
     overrides = [*SMALL, "run.iterations=1", f"run.out={tmp_path}", "algo.kl_coef=0.1",
                  f"model.lora={str(lora).lower()}", "algo.name=grpo", "algo.epochs=1", "algo.kl_estimator=k2"]
     tr = Trainer(load_config("tiny", overrides))
-    before_warmup = {n: p.detach().clone() for n, p in tr.named_params}
+    before_warmup = {n: p.detach().clone() for n, p in tr.stack.named_params}
     tr.run()
     lines = map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
     train = [r for r in lines if "reward_mean" in r]
     assert train[0]["kl"] == 0.0  # RL starts at the reference
-    ref = tr.reference_state
+    ref = tr.updater.reference_state
     assert any(not torch.equal(ref[n], before_warmup[n]) for n in ref)  # the warm-up is in the reference
     assert (tmp_path / "checkpoints" / "iter-000001" / "reference.safetensors").exists()
 
@@ -164,19 +164,19 @@ def test_a_cached_warmup_leaves_the_random_states_where_training_it_would(tmp_pa
     from seeupo.train.warmup import warmup
 
     t = Trainer(load_config("tiny", [*SMALL, f"run.out={tmp_path / 'run'}"]))
-    start = [p.detach().clone() for p in t.params]
-    emb = next(m for m in t.learner_model.modules() if isinstance(m, torch.nn.Embedding))
+    start = [p.detach().clone() for p in t.stack.params]
+    emb = next(m for m in t.stack.learner_model.modules() if isinstance(m, torch.nn.Embedding))
     emb.register_forward_pre_hook(lambda *a: (torch.rand(1), random.random()) and None)
 
     def once():
         with torch.no_grad():
-            for p, v in zip(t.params, start):
+            for p, v in zip(t.stack.params, start):
                 p.copy_(v)
         torch.manual_seed(7)
         random.seed(7)
-        warmup(t.learner_model, t.params, t.chat, t.family, t.limits, t.cfg.warmup, seed=0, budget_tokens=4096,
+        warmup(t.stack.learner_model, t.stack.params, t.stack.chat, t.stack.family, t.stack.limits, t.cfg.warmup, seed=0, budget_tokens=4096,
                cache=str(tmp_path / "cache"))
-        return torch.rand(3).tolist(), random.random(), [p.detach().clone() for p in t.params]
+        return torch.rand(3).tolist(), random.random(), [p.detach().clone() for p in t.stack.params]
 
     trained, reused = once(), once()
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1  # the second was a hit

@@ -169,8 +169,8 @@ def test_train_with_a_turn_embedding(tmp_path):
                                "run.iterations=2", "model.turn_embedding=true", f"run.out={tmp_path}"])
     tr = Trainer(cfg)
     tr.run()
-    vec = tr.model.seeupo_turn_embedding
-    assert any(p is vec for p in tr.params) and any(p is vec for g in tr.optimizer.param_groups for p in g["params"])
+    vec = tr.stack.model.seeupo_turn_embedding
+    assert any(p is vec for p in tr.stack.params) and any(p is vec for g in tr.updater.optimizer.param_groups for p in g["params"])
     from safetensors.torch import load_file
 
     saved = load_file(str(sorted((tmp_path / "checkpoints").glob("iter-*"))[-1] / "trainable.safetensors"))

@@ -2,6 +2,7 @@
 count, are what their records and the code give."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,13 @@ def test_the_mutation_figure_is_its_logs():
     readme = " ".join((ROOT / "README.md").read_text().split())
     total = sum(int(c) for c, _ in counts)
     assert f"printed CAUGHT {counts[0][0]} and CAUGHT {counts[1][0]}: all {total} CAUGHT" in readme
+    ns = {"__name__": "mutations", "__file__": str(ROOT / "scripts" / "mutation_check.py")}
+    cwd = os.getcwd()
+    try:  # (the script moves to the project root as it loads)
+        exec(compile((ROOT / "scripts" / "mutation_check.py").read_text(), "mutation_check.py", "exec"), ns)
+    finally:
+        os.chdir(cwd)
+    assert f"on purpose ({len(ns['M'])} mutations)" in readme
 
 
 def test_the_hgpo_hand_case_in_the_docs_is_the_function():
