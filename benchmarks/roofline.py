@@ -30,6 +30,7 @@ for the trained weights only. Positions are those the kernels ran (padding and d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -434,8 +435,35 @@ def report(out: dict) -> None:
     print(f"wall time of this benchmark: {out['wall_s']:.0f} s")
 
 
+PHASES = ("warm-up", "rollout", "reference pass", "update", "evaluation")
+
+
+def markdown(records: list[dict]) -> str:
+    """The docs' table (docs/performance.md, between its ``roofline`` markers) from ``--json`` records:
+    one row per record, each phase's achieved GFLOP/s and its share of the measured peak, and the
+    rollout's tokens per second against its memory-bandwidth bound."""
+    head = ("| CPU (kernels torch used) | threads | preset | peak GFLOP/s | "
+            + " | ".join(PHASES) + " | rollout tok/s (memory bound) |")
+    lines = [head, "|" + "---|" * (5 + len(PHASES))]
+    for r in records:
+        pl = r["platform"]
+        kernels = pl["kernels"] if not pl["isa_env"] else f"{pl['cpu_capability']}, capped by environment variables"
+        cpu = f"{pl['cpu']}, {'AVX512' if pl['avx512f'] else 'AVX2'} ({kernels})"
+        cells = []
+        for name in PHASES:
+            ph = next(p for p in r["phases"] if p["phase"].startswith(name))
+            cells.append(f"{ph['gflops']:.0f} ({ph['share_of_peak']:.0%})")
+        d = r["decode"]
+        lines.append(f"| {cpu} | {pl['threads']} | {r['preset']} | {r['peak_gflops']:.0f} | " + " | ".join(cells)
+                     + f" | {d['achieved_tok_per_s']:.0f} ({d['memory_bound_tok_per_s']:.0f}) |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if argv is None and sys.argv[1:2] == ["--table"]:  # python benchmarks/roofline.py --table JSON...
+        print(markdown([json.loads(Path(f).read_text()) for f in sys.argv[2:]]))
+        return {}
     ap.add_argument("--preset", default="default", choices=["default", "textworld", "tiny"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, as a run uses)")
     ap.add_argument("--warmup-steps", type=int, default=2, help="the warm-up slice timed and counted")

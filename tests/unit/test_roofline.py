@@ -119,3 +119,26 @@ def test_decode_bound_by_hand(roofline):
     assert fast["memory_bound_tok_per_s"] == pytest.approx(2.0) and fast["roofline_bound_tok_per_s"] == pytest.approx(2.0)
     slow = roofline.decode_bound(calls, dims, 1000, 4, gbps=1160e-9, peak_gflops=448e-9)  # compute: 2 s
     assert slow["memory_bound_tok_per_s"] == pytest.approx(2.0) and slow["roofline_bound_tok_per_s"] == pytest.approx(1.0)
+
+
+def test_the_docs_roofline_table_and_figures_are_the_records(roofline):
+    """docs/performance.md's roofline table is ``markdown`` of results/roofline/ (in the order the doc
+    gives them), and the figures its readings quote are those records'."""
+    import json
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    names = ("default-avx512", "default-avx2-capped", "textworld-avx512")
+    recs = {n: json.loads((root / "results" / "roofline" / f"{n}.json").read_text()) for n in names}
+    doc = (root / "docs" / "performance.md").read_text()
+    block = re.search(r"<!-- roofline -->\n(.*?)\n<!-- /roofline -->", doc, re.S).group(1)
+    assert block == roofline.markdown([recs[n] for n in names])
+    text = " ".join(doc.split())
+    real = {n: next(p for p in recs[n]["phases"] if p["phase"].startswith("reference"))
+            for n in ("default-avx512", "textworld-avx512")}
+    share = {n: round(100 * p["real_positions"] / p["positions"]) for n, p in real.items()}
+    assert f"({share['default-avx512']}% default, {share['textworld-avx512']}% textworld)" in text
+    d = recs["default-avx512"]["decode"]
+    assert f"({round(d['achieved_tok_per_s'])}, pre-fills" in text and f"memory bound ({round(d['memory_bound_tok_per_s'])})" in text
+    peaks = [round(recs[n]["peak_gflops"]) for n in ("default-avx2-capped", "default-avx512")]
+    assert f"({peaks[0]} against {peaks[1]} GFLOP/s)" in text
