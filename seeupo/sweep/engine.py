@@ -46,9 +46,9 @@ from pathlib import Path
 
 from seeupo.sweep import records
 from seeupo.sweep.experiment import yaml_value
-from seeupo.sweep.study import (KEY, SweepSpec, ask, choose_tuned, fail_stale,
-                                failures, finished_value, heartbeat, interrupt, key, open_study, params_key,
-                                parse_key, queue_lock, tune_study)
+from seeupo.sweep.study import (KEY, SweepSpec, ask, choose_tuned, fail_stale, failures, finished_value, heartbeat,
+                                interrupt, interruption_marks, key, open_study, params_key, parse_key, queue_lock,
+                                tune_study)
 
 REPORT_SECONDS = 5.0  # how often a running trial's new metrics lines are reported to its Optuna trial
 INTERRUPTED = "interrupted"  # the value ``on_trial`` gets for a trial whose run was stopped from outside
@@ -128,6 +128,7 @@ def _prepare(spec: SweepSpec, owner: bool) -> dict:
         if KEY in t.user_attrs:
             by_key.setdefault(t.user_attrs[KEY], []).append(t)
     counts = {"done": 0, "queued": 0, "given_up": 0}
+    marked = interruption_marks(study)  # read once, not once per grid point
     for arm, seed in spec.grid():
         ts = by_key.get(key(arm, seed), [])
         states = [t.state for t in ts]
@@ -135,7 +136,7 @@ def _prepare(spec: SweepSpec, owner: bool) -> dict:
             counts["done"] += 1
         elif TrialState.WAITING in states or TrialState.RUNNING in states:
             counts["queued"] += 1
-        elif (lost := failures(study, ts))[0] > spec.max_retries or lost[1] > MAX_INTERRUPTIONS:
+        elif (lost := failures(study, ts, marked))[0] > spec.max_retries or lost[1] > MAX_INTERRUPTIONS:
             counts["given_up"] += 1
         else:
             study.enqueue_trial({"arm": arm, "seed": seed}, user_attrs={KEY: key(arm, seed)},

@@ -216,12 +216,18 @@ def interrupt(study, number: int) -> None:
         pass
 
 
-def failures(study, trials) -> tuple[int, int]:
+def interruption_marks(study) -> set[int]:
+    """The numbers of the trials the study marks as interrupted (``interrupted:NUMBER``)."""
+    return {int(k[len(MARK):]) for k in study.user_attrs if k.startswith(MARK)}
+
+
+def failures(study, trials, marked: set[int] | None = None) -> tuple[int, int]:
     """(failures, interruptions) among ``trials`` of ``study``: an interrupted trial is FAIL in Optuna
-    but not a failure; marked on the trial or on the study (see the module's docstring)."""
+    but not a failure; marked on the trial or on the study (see the module's docstring). ``marked``:
+    ``interruption_marks(study)`` when the caller has read it already (one read for many calls)."""
     from optuna.trial import TrialState
 
-    marked = {int(k[len(MARK):]) for k in study.user_attrs if k.startswith(MARK)}
+    marked = interruption_marks(study) if marked is None else marked
     failed = [t for t in trials if t.state == TrialState.FAIL]
     stopped = sum(bool(t.user_attrs.get("interrupted")) or t.number in marked for t in failed)
     return len(failed) - stopped, stopped
