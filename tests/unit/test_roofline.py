@@ -142,3 +142,7 @@ def test_the_docs_roofline_table_and_figures_are_the_records(roofline):
     assert f"({round(d['achieved_tok_per_s'])}, pre-fills" in text and f"memory bound ({round(d['memory_bound_tok_per_s'])})" in text
     peaks = [round(recs[n]["peak_gflops"]) for n in ("default-avx2-capped", "default-avx512")]
     assert f"({peaks[0]} against {peaks[1]} GFLOP/s)" in text
+    walls = [f"{round(recs[n]['wall_s']) // 60} min {round(recs[n]['wall_s']) % 60} s" for n in names if "capped" not in n]
+    assert f"# {walls[0]} (default), {walls[1]} (textworld) on a 2-core AVX512 EPYC" in text
+    assert f"{d['bytes_per_step_mean'] / 2**20:.0f} MiB (the parameters and the rows' keys and values) for " \
+           f"{d['rows_per_step_mean']:.0f} rows on average" in text
